@@ -1,0 +1,1 @@
+"""Strom Kubernetes operator."""

@@ -1,0 +1,99 @@
+"""Kafka error codes carried in gRPC status details, both directions.
+
+A failed call ends with a ``google.rpc.Status`` whose details hold one ``strom.v1.ErrorInfo``
+(the standard ``grpc-status-details-bin`` trailer, via ``grpcio-status``), so any gRPC client can
+read the Kafka code and decide to refresh metadata and retry. This module only converts values; it
+does no I/O.
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, status_pb2
+from grpc_status import rpc_status
+
+from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.v1 import common_pb2
+
+_GRPC_CODE: dict[ErrorCode, int] = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: code_pb2.NOT_FOUND,
+    ErrorCode.GROUP_ID_NOT_FOUND: code_pb2.NOT_FOUND,
+    ErrorCode.UNKNOWN_TOPIC_ID: code_pb2.NOT_FOUND,
+    ErrorCode.TOPIC_ALREADY_EXISTS: code_pb2.ALREADY_EXISTS,
+    ErrorCode.REQUEST_TIMED_OUT: code_pb2.DEADLINE_EXCEEDED,
+    ErrorCode.OFFSET_OUT_OF_RANGE: code_pb2.OUT_OF_RANGE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: code_pb2.FAILED_PRECONDITION,
+    ErrorCode.NOT_CONTROLLER: code_pb2.FAILED_PRECONDITION,
+    ErrorCode.NOT_COORDINATOR: code_pb2.FAILED_PRECONDITION,
+    ErrorCode.LEADER_NOT_AVAILABLE: code_pb2.UNAVAILABLE,
+    ErrorCode.BROKER_NOT_AVAILABLE: code_pb2.UNAVAILABLE,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: code_pb2.UNAVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: code_pb2.UNAVAILABLE,
+    ErrorCode.KAFKA_STORAGE_ERROR: code_pb2.UNAVAILABLE,
+    ErrorCode.UNKNOWN_SERVER_ERROR: code_pb2.INTERNAL,
+    ErrorCode.UNSUPPORTED_VERSION: code_pb2.UNIMPLEMENTED,
+}
+
+
+def grpc_code_for(code: ErrorCode) -> int:
+    """The closest gRPC status code (``google.rpc.Code`` number) for a Kafka error code."""
+    if code in _GRPC_CODE:
+        return _GRPC_CODE[code]
+    return code_pb2.UNAVAILABLE if code.retriable else code_pb2.INVALID_ARGUMENT
+
+
+def error_info(err: StromError) -> common_pb2.ErrorInfo:
+    return common_pb2.ErrorInfo(
+        code=int(err.code), name=err.code.name, message=err.message, retriable=err.retriable
+    )
+
+
+def to_grpc_status(err: StromError) -> grpc.Status:
+    """Build the status to pass to ``context.abort_with_status`` for a failed call."""
+    detail = any_pb2.Any()
+    detail.Pack(error_info(err))
+    status = status_pb2.Status(
+        code=grpc_code_for(err.code), message=f"{err.code.name}: {err.message}", details=[detail]
+    )
+    return rpc_status.to_status(status)
+
+
+def from_status_proto(status: status_pb2.Status | None) -> StromError | None:
+    """The StromError in a ``google.rpc.Status``, if its details carry an ErrorInfo."""
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(common_pb2.ErrorInfo.DESCRIPTOR):
+            info = common_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return StromError(error_code_from_int(info.code), info.message)
+    return None
+
+
+def from_rpc_error(exc: grpc.RpcError) -> StromError:
+    """Turn any failed gRPC call into a StromError.
+
+    Calls that carry our ErrorInfo keep its Kafka code; transport failures (broker down,
+    deadline) become retriable NETWORK_EXCEPTION / REQUEST_TIMED_OUT so callers retry them.
+    """
+    call = exc if isinstance(exc, grpc.Call) else None
+    if call is not None:
+        try:
+            found = from_status_proto(rpc_status.from_call(call))
+        except ValueError:
+            found = None
+        if found is not None:
+            return found
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return StromError(ErrorCode.REQUEST_TIMED_OUT, f"request timed out: {details}")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, None):
+        return StromError(ErrorCode.NETWORK_EXCEPTION, f"broker unreachable: {details}")
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return StromError(ErrorCode.UNSUPPORTED_VERSION, f"broker does not support this call: "
+                                                         f"{details}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return StromError(ErrorCode.MESSAGE_TOO_LARGE, f"{details}")
+    return StromError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{code}: {details}")

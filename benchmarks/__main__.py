@@ -1,0 +1,132 @@
+"""`uv run python -m benchmarks [--smoke|--full]`: Strom's throughput and latency, with peers.
+
+Starts every system it measures on 127.0.0.1 with temp data dirs, runs the workloads, stops
+everything, prints one table (each figure with its ratio to the peer row) and writes JSON with
+machine info under benchmarks/results/. ``--smoke`` runs in seconds (CI runs it so the harness
+never rots); the default is the full run whose latest numbers are summarised in README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.harness import Result, attach_ratios, format_table, percentile, write_json
+from benchmarks import strom_workloads as sw
+
+
+def _progress(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
+    from strom.testing import running_broker
+
+    n_small = int(params["records_100b"])
+    n_large = int(params["records_1k"])
+    with tempfile.TemporaryDirectory(prefix="strom-bench-") as tmp, \
+            running_broker(Path(tmp), **{"log.segment.bytes": str(256 << 20)}) as broker:
+        bs = broker.bootstrap
+        # Workload 1: 1 topic, 1 partition, 100-byte records.
+        sw.create_topic(bs, "w1", 1)
+        _progress(f"workload 1: producing {n_small:,} x 100 B")
+        t = sw.produce(bs, "w1", n_small, 100)
+        results.append(Result("strom", "1p-100B", "produce", t.records_per_s, "records/s",
+                              extra={"MB/s": t.mb_per_s}))
+        results.append(Result("strom", "1p-100B", "produce MB/s", t.mb_per_s, "MB/s"))
+        _progress("workload 1: consuming")
+        c = sw.consume_all(bs, "w1", 1, n_small)
+        results.append(Result("strom", "1p-100B", "consume", c.records_per_s, "records/s"))
+        results.append(Result("strom", "1p-100B", "consume MB/s", c.mb_per_s, "MB/s"))
+        sw.create_topic(bs, "w1lat", 1)
+        rate, secs = int(params["latency_rate"]), float(params["latency_seconds"])
+        _progress(f"workload 1: end-to-end latency at {rate:,} records/s for {secs:.0f} s")
+        lat = sw.end_to_end_latency(bs, "w1lat", 1, rate, secs)
+        for q in (50, 99, 99.9):
+            results.append(Result("strom", "1p-100B", f"e2e p{q:g} @{rate}/s",
+                                  percentile(lat, q), "ms", higher_is_better=False))
+
+        # Workload 2: 1 topic, 8 partitions, 1 KiB records.
+        sw.create_topic(bs, "w2", 8)
+        _progress(f"workload 2: producing {n_large:,} x 1 KiB over 8 partitions")
+        t = sw.produce(bs, "w2", n_large, 1024)
+        results.append(Result("strom", "8p-1KiB", "produce", t.records_per_s, "records/s"))
+        results.append(Result("strom", "8p-1KiB", "produce MB/s", t.mb_per_s, "MB/s"))
+        _progress("workload 2: consuming")
+        c = sw.consume_all(bs, "w2", 8, n_large)
+        results.append(Result("strom", "8p-1KiB", "consume", c.records_per_s, "records/s"))
+        results.append(Result("strom", "8p-1KiB", "consume MB/s", c.mb_per_s, "MB/s"))
+
+        # Growth: the same produce + catch-up on a log that already holds `big_log_bytes`.
+        big = int(params["big_log_bytes"])
+        sw.create_topic(bs, "empty", 1)
+        sw.create_topic(bs, "big", 1)
+        _progress(f"growth: pre-filling a log with {big / 1e6:,.0f} MB")
+        sw.prefill(bs, "big", big)
+        n = n_small
+        for topic, label in (("empty", "strom (empty log)"), ("big", "strom (big log)")):
+            _progress(f"growth: produce + consume {n:,} x 100 B on the {topic} log")
+            t = sw.produce(bs, topic, n, 100)
+            results.append(Result(label, "growth", "produce", t.records_per_s, "records/s",
+                                  peer="strom (empty log)" if topic == "big" else None,
+                                  extra={"log_bytes_before": big if topic == "big" else 0}))
+        for topic, label in (("empty", "strom (empty log)"), ("big", "strom (big log)")):
+            c = _consume_tail(bs, topic, n)
+            results.append(Result(label, "growth", "consume tail", c.records_per_s, "records/s",
+                                  peer="strom (empty log)" if topic == "big" else None))
+
+
+def _consume_tail(bs: str, topic: str, n: int) -> sw.Throughput:
+    """Read the last ``n`` records of a one-partition topic (reads at the head of a big log)."""
+    import time
+
+    from strom.client import Consumer, TopicPartition
+
+    consumer = Consumer(bs, max_poll_records=100_000, fetch_max_bytes=64 << 20,
+                        max_partition_fetch_bytes=8 << 20)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        end = consumer.end_offsets([tp])[tp]
+        consumer.seek(tp, max(0, end - n))
+        got = nbytes = 0
+        start = time.perf_counter()
+        while got < n and time.perf_counter() - start < 300:
+            for r in consumer.poll(timeout_ms=1000):
+                got += 1
+                nbytes += len(r.value or b"")
+        return sw.Throughput(got, time.perf_counter() - start, nbytes)
+    finally:
+        consumer.close()
+
+
+PROFILES: dict[str, dict[str, int | float]] = {
+    "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
+              "latency_seconds": 2, "big_log_bytes": 20_000_000},
+    "full": {"records_100b": 1_000_000, "records_1k": 300_000, "latency_rate": 10_000,
+             "latency_seconds": 10, "big_log_bytes": 2_000_000_000},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="seconds-long run (what CI runs)")
+    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON results")
+    args = parser.parse_args(argv)
+    profile = "smoke" if args.smoke else "full"
+    params = PROFILES[profile]
+    results: list[Result] = []
+    run_strom(params, results)
+    attach_ratios(results)
+    print(format_table(results))
+    kwargs = {"out_dir": args.out} if args.out else {}
+    path = write_json(f"strom-{profile}", results, {"profile": profile, **params}, **kwargs)
+    print(f"\nwrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Workloads run against Strom with its own Python client: producer throughput, consumer catch-up,
+end-to-end latency at a fixed rate below saturation.
+
+Each function takes a bootstrap address and returns plain numbers, so the same workloads can be
+pointed at a single broker, at RF=3 on three local brokers, or at a log pre-filled with 2 GB.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+from strom.client import Admin, Consumer, Producer, TopicPartition
+
+_TS = struct.Struct(">d")
+
+
+@dataclass
+class Throughput:
+    records: int
+    seconds: float
+    bytes: int
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / self.seconds / 1e6 if self.seconds else 0.0
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int = 1,
+                 configs: dict[str, str] | None = None) -> None:
+    admin = Admin(bootstrap)
+    try:
+        admin.create_topic(topic, partitions=partitions, replication_factor=replication_factor,
+                           configs=configs or {})
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, topic: str, records: int, value_size: int, *, acks: int | str = 1,
+            batch_size: int = 1 << 20, linger_ms: int = 5, keyed: bool = False) -> Throughput:
+    """Send ``records`` values as fast as the client allows; time includes the final flush."""
+    value = os.urandom(value_size)
+    producer = Producer(bootstrap, acks=acks, batch_size=batch_size, linger_ms=linger_ms)
+    try:
+        send = producer.send
+        start = time.perf_counter()
+        if keyed:
+            for i in range(records):
+                send(topic, value, key=b"k%d" % (i % 1024))
+        else:
+            for _ in range(records):
+                send(topic, value)
+        producer.flush()
+        elapsed = time.perf_counter() - start
+    finally:
+        producer.close()
+    return Throughput(records, elapsed, records * value_size)
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, records: int,
+                timeout_s: float = 300.0) -> Throughput:
+    """Read ``records`` from the beginning of every partition (consumer catch-up)."""
+    consumer = Consumer(bootstrap, max_poll_records=100_000, fetch_max_bytes=64 << 20,
+                        max_partition_fetch_bytes=8 << 20)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        got = 0
+        nbytes = 0
+        start = time.perf_counter()
+        deadline = start + timeout_s
+        while got < records and time.perf_counter() < deadline:
+            batch = consumer.poll(timeout_ms=1000)
+            got += len(batch)
+            for r in batch:
+                nbytes += len(r.value) if r.value is not None else 0
+        elapsed = time.perf_counter() - start
+    finally:
+        consumer.close()
+    if got < records:
+        raise RuntimeError(f"consumed only {got} of {records} records in {timeout_s}s")
+    return Throughput(got, elapsed, nbytes)
+
+
+def _latency_consumer(bootstrap: str, topic: str, partitions: int, expected: int,
+                      ready: mp.synchronize.Event, out: mp.Queue, timeout_s: float) -> None:
+    consumer = Consumer(bootstrap, fetch_max_wait_ms=100, max_poll_records=10_000)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_end(*tps)
+    for tp in tps:
+        consumer.position(tp)
+    ready.set()
+    latencies: list[float] = []
+    deadline = time.time() + timeout_s
+    while len(latencies) < expected and time.time() < deadline:
+        for r in consumer.poll(timeout_ms=200):
+            now = time.time()
+            if r.value is not None and len(r.value) >= 8:
+                latencies.append((now - _TS.unpack_from(r.value)[0]) * 1000.0)
+    consumer.close()
+    out.put(latencies)
+
+
+def end_to_end_latency(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float,
+                       value_size: int = 100, acks: int | str = 1) -> list[float]:
+    """Produce at a fixed ``rate`` for ``seconds``; return sorted producer-to-consumer latencies
+    in ms, measured by a consumer in another process (wall clock on the same machine)."""
+    total = int(rate * seconds)
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    out: mp.Queue = ctx.Queue()
+    proc = ctx.Process(target=_latency_consumer,
+                       args=(bootstrap, topic, partitions, total, ready, out, seconds + 60))
+    proc.start()
+    try:
+        if not ready.wait(60):
+            raise RuntimeError("latency consumer did not start within 60 s")
+        producer = Producer(bootstrap, acks=acks, linger_ms=0, batch_size=16384)
+        pad = b"\0" * max(0, value_size - 8)
+        start = time.perf_counter()
+        interval = 1.0 / rate
+        for i in range(total):
+            target = start + i * interval
+            delay = target - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            producer.send(topic, _TS.pack(time.time()) + pad)
+        producer.flush()
+        producer.close()
+        latencies: list[float] = out.get(timeout=seconds + 90)
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+    latencies.sort()
+    return latencies
+
+
+def prefill(bootstrap: str, topic: str, total_bytes: int, value_size: int = 1024) -> Throughput:
+    """Write ``total_bytes`` of data into ``topic`` (for the big-log vs empty-log comparison)."""
+    return produce(bootstrap, topic, max(1, total_bytes // value_size), value_size)

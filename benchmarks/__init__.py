@@ -1,1 +1,1 @@
-"""Strom benchmarks: one command (`uv run python -m benchmarks`), a table on stdout, JSON on disk."""
+"""Strom benchmarks: one command (`uv run python -m benchmarks`), a table and a JSON file."""

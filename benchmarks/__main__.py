@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import Result, attach_ratios, format_table, percentile, write_json
 from benchmarks import strom_workloads as sw
+from benchmarks.harness import Result, attach_ratios, format_table, percentile, write_json
 
 
 def _progress(msg: str) -> None:
@@ -70,7 +70,7 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
             _progress(f"growth: produce + consume {n:,} x 100 B on the {topic} log")
             t = sw.produce(bs, topic, n, 100)
             results.append(Result(label, "growth", "produce", t.records_per_s, "records/s",
-                                  peer="strom (empty log)" if topic == "big" else None,
+                                  peers=["strom (empty log)"] if topic == "big" else [],
                                   extra={"log_bytes_before": big if topic == "big" else 0}))
         for topic, label in (("empty", "strom (empty log)"), ("big", "strom (big log)")):
             c = _consume_tail(bs, topic, n)
@@ -102,6 +102,39 @@ def _consume_tail(bs: str, topic: str, n: int) -> sw.Throughput:
         consumer.close()
 
 
+def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
+    """Run the same workloads on each installed peer; every Strom row then gets its ratios."""
+    from benchmarks.peers import nats_jetstream, redis_streams
+
+    rate, secs = int(params["latency_rate"]), float(params["latency_seconds"])
+    workloads = [("1p-100B", "w1", 1, int(params["records_100b"]), 100, (rate, secs)),
+                 ("8p-1KiB", "w2", 8, int(params["records_1k"]), 1024, None)]
+    for peer in (redis_streams, nats_jetstream):
+        reason = peer.available()
+        if reason is not None:
+            _progress(f"skipping {peer.NAME}: {reason}")
+            continue
+        for label, name, parts, n, size, lat in workloads:
+            # NATS JetStream acks every publish; at ~35k/s the full record counts would take
+            # minutes, so it gets a tenth of them (a rate, not a total, is what is compared).
+            count = n // 10 if peer is nats_jetstream and n > 50_000 else n
+            _progress(f"{peer.NAME}: {label}, {count:,} records")
+            out = peer.run(name, parts, count, size, lat)
+            for metric in ("produce", "consume"):
+                results.append(Result(peer.NAME, label, metric, float(out[metric]), "records/s"))
+                results.append(Result(peer.NAME, label, f"{metric} MB/s",
+                                      float(out[f"{metric} MB/s"]), "MB/s"))
+            lats = out.get("latencies")
+            if isinstance(lats, list):
+                for q in (50, 99, 99.9):
+                    results.append(Result(peer.NAME, label, f"e2e p{q:g} @{rate}/s",
+                                          percentile(lats, q), "ms", higher_is_better=False))
+    systems = sorted({r.system for r in results if not r.system.startswith("strom")})
+    for r in results:
+        if r.system == "strom":
+            r.peers = systems
+
+
 PROFILES: dict[str, dict[str, int | float]] = {
     "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
               "latency_seconds": 2, "big_log_bytes": 20_000_000},
@@ -114,12 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="seconds-long run (what CI runs)")
+    parser.add_argument("--no-peers", action="store_true", help="measure Strom alone")
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON results")
     args = parser.parse_args(argv)
     profile = "smoke" if args.smoke else "full"
     params = PROFILES[profile]
     results: list[Result] = []
     run_strom(params, results)
+    if not args.no_peers:
+        run_peers(params, results)
     attach_ratios(results)
     print(format_table(results))
     kwargs = {"out_dir": args.out} if args.out else {}

@@ -6,6 +6,7 @@ in the same run on the same machine, so every result row carries the ratio to it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -31,8 +32,8 @@ class Result:
     value: float
     unit: str
     higher_is_better: bool = True
-    peer: str | None = None
-    ratio: float | None = None
+    peers: list[str] = field(default_factory=list)
+    ratios: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -62,32 +63,31 @@ def machine_info() -> dict[str, Any]:
             info["mem_total_kb"] = int(f.readline().split()[1])
     except OSError:
         pass
-    try:
+    with contextlib.suppress(OSError):
         info["git_commit"] = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
             cwd=Path(__file__).parent,
         ).stdout.strip()
-    except OSError:
-        pass
     return info
 
 
 def attach_ratios(results: list[Result]) -> None:
-    """Fill ``ratio`` = value / peer's value for every row that names a peer row."""
+    """Fill ``ratios[peer]`` = value / peer's value (same workload and metric) for each peer a
+    row names. Ratios are always ours / theirs: above 1 is better for throughput, worse for
+    latency (``higher_is_better`` says which)."""
     index = {(r.system, r.workload, r.metric): r for r in results}
     for r in results:
-        if r.peer is None:
-            continue
-        other = index.get((r.peer, r.workload, r.metric))
-        if other is not None and other.value:
-            r.ratio = r.value / other.value
+        for peer in r.peers:
+            other = index.get((peer, r.workload, r.metric))
+            if other is not None and other.value:
+                r.ratios[peer] = r.value / other.value
 
 
 def format_table(results: list[Result]) -> str:
-    headers = ["workload", "system", "metric", "value", "unit", "vs peer"]
+    headers = ["workload", "system", "metric", "value", "unit", "ours / peer"]
     rows = []
     for r in results:
-        ratio = f"{r.ratio:.2f}x {r.peer}" if r.ratio is not None else ""
+        ratio = ", ".join(f"{v:.2f}x {k}" for k, v in r.ratios.items())
         value = f"{r.value:,.0f}" if abs(r.value) >= 100 else f"{r.value:,.3f}"
         rows.append([r.workload, r.system, r.metric, value, r.unit, ratio])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)

@@ -98,7 +98,7 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
             f"have {len(buf) - position}",
         )
     fields = _HEADER.unpack_from(buf, position)
-    return BatchHeader(*fields, position=position)
+    return BatchHeader(*fields, position)
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, position: int, size: int) -> int:
@@ -169,7 +169,7 @@ def iter_headers(buf: bytes | bytearray | memoryview, position: int = 0) -> Iter
     """
     total = len(buf)
     while total - position >= HEADER_SIZE:
-        base_offset, length = _OFFSET_LEN.unpack_from(buf, position)
+        _base_offset, length = _OFFSET_LEN.unpack_from(buf, position)
         if length < HEADER_SIZE - LOG_OVERHEAD or position + LOG_OVERHEAD + length > total:
             return
         yield parse_header(buf, position)

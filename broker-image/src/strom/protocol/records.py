@@ -13,7 +13,7 @@ import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from aiokafka.record.default_records import (  # type: ignore[import-untyped]
+from aiokafka.record.default_records import (
     DefaultRecordBatch,
     DefaultRecordBatchBuilder,
 )

@@ -39,8 +39,8 @@ _GRPC_CODE: dict[ErrorCode, int] = {
 def grpc_code_for(code: ErrorCode) -> int:
     """The closest gRPC status code (``google.rpc.Code`` number) for a Kafka error code."""
     if code in _GRPC_CODE:
-        return _GRPC_CODE[code]
-    return code_pb2.UNAVAILABLE if code.retriable else code_pb2.INVALID_ARGUMENT
+        return int(_GRPC_CODE[code])
+    return int(code_pb2.UNAVAILABLE if code.retriable else code_pb2.INVALID_ARGUMENT)
 
 
 def error_info(err: StromError) -> common_pb2.ErrorInfo:

@@ -1,0 +1,33 @@
+"""Kafka error codes survive the trip through gRPC status details."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_status import rpc_status
+from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.status import from_status_proto, grpc_code_for, to_grpc_status
+
+
+def test_error_round_trips_through_status_details() -> None:
+    err = StromError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "broker 1 does not lead t-0; refresh")
+    status = to_grpc_status(err)
+    assert status.code == grpc.StatusCode.FAILED_PRECONDITION
+    key, value = status.trailing_metadata[0]
+    assert key == "grpc-status-details-bin"
+    from google.rpc import status_pb2
+
+    proto = status_pb2.Status.FromString(value)
+    back = from_status_proto(proto)
+    assert back is not None
+    assert back.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert back.retriable
+    assert "refresh" in back.message
+    assert rpc_status is not None
+
+
+def test_non_retriable_errors_map_to_invalid_argument() -> None:
+    from google.rpc import code_pb2
+
+    assert grpc_code_for(ErrorCode.INVALID_CONFIG) == code_pb2.INVALID_ARGUMENT
+    assert grpc_code_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) == code_pb2.NOT_FOUND
+    assert not StromError(ErrorCode.INVALID_CONFIG, "x").retriable

@@ -97,8 +97,10 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
             f"record batch header at byte {position} is truncated: need {HEADER_SIZE} bytes, "
             f"have {len(buf) - position}",
         )
-    fields = _HEADER.unpack_from(buf, position)
-    return BatchHeader(*fields, position)
+    (base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid,
+     pepoch, base_seq, count) = _HEADER.unpack_from(buf, position)
+    return BatchHeader(base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts,
+                       max_ts, pid, pepoch, base_seq, count, position)
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, position: int, size: int) -> int:

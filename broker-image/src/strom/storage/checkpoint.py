@@ -1,0 +1,72 @@
+"""Small durable files written atomically: the recovery checkpoint and friends.
+
+A checkpoint that is half-written after a crash is worse than an old one, so every write goes to a
+temporary file that is fsynced and then renamed over the old one (rename is atomic on POSIX), and
+the directory is fsynced so the rename itself survives power loss. Readers treat a missing or
+unparseable file as "no checkpoint" and fall back to the conservative choice (a full recovery scan).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+VERSION = "0"
+RECOVERY_CHECKPOINT = "recovery-point-checkpoint"
+CLEAN_SHUTDOWN = ".clean-shutdown"
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make renames and unlinks inside ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_values(path: Path, values: Mapping[str, int]) -> None:
+    """Write ``name value`` lines after a version line."""
+    lines = [VERSION, *(f"{k} {v}" for k, v in values.items())]
+    write_atomic(path, "\n".join(lines) + "\n")
+
+
+def read_values(path: Path) -> dict[str, int] | None:
+    """Read a file written by ``write_values``; None if it is missing or damaged."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("cannot read checkpoint %s (%s); ignoring it", path, exc)
+        return None
+    if not lines or lines[0] != VERSION:
+        log.warning("checkpoint %s has an unknown version; ignoring it", path)
+        return None
+    values: dict[str, int] = {}
+    try:
+        for line in lines[1:]:
+            if line.strip():
+                name, value = line.split()
+                values[name] = int(value)
+    except ValueError:
+        log.warning("checkpoint %s is damaged; ignoring it", path)
+        return None
+    return values

@@ -1,0 +1,633 @@
+"""One partition replica's log: ordered segments, offsets, reads, retention, compaction, recovery.
+
+This is the storage engine's front door for the broker and replication. It owns every file in
+``<log.dir>/<topic>-<partition>/``: the segments, ``recovery-point-checkpoint`` (recovery point, log
+start offset, high watermark), ``leader-epoch-checkpoint`` and the clean-shutdown marker.
+
+The hot paths do per-batch, never per-record, Python work: an append validates the batch headers
+and CRCs, patches base offset and leader epoch into the header (both outside the CRC) and writes the
+bytes with one ``pwrite``; a read bisects the segment list, bisects one offset index, walks a few
+batch headers and returns one ``pread`` of whole batches.
+
+Not thread-safe by design: each log is owned by one task (the partition's owner in the broker).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import os
+import shutil
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from strom.protocol.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    parse_header,
+    patch_offsets,
+    set_log_append_time,
+    validate_batches,
+)
+from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.records import decode_batches
+from strom.storage import compaction, recovery, retention
+from strom.storage.checkpoint import (
+    CLEAN_SHUTDOWN,
+    RECOVERY_CHECKPOINT,
+    fsync_dir,
+    read_values,
+    write_values,
+)
+from strom.storage.config import INT32_MAX, LogConfig
+from strom.storage.epoch import FILE_NAME as EPOCH_FILE
+from strom.storage.epoch import LeaderEpochCache
+from strom.storage.segment import CLEANED_SUFFIX, LogSegment
+
+log = logging.getLogger(__name__)
+
+_OFFSET_LEN = struct.Struct(">qi")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    record_count: int
+    size_bytes: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    max_timestamp: int
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    records: bytes
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+
+class PartitionLog:
+    """The log of one partition replica. Open with ``PartitionLog.open``."""
+
+    def __init__(self, directory: Path, config: LogConfig, *, topic: str, partition: int,
+                 clock: Callable[[], int], segments: list[LogSegment], log_start_offset: int,
+                 high_watermark: int | None, epochs: LeaderEpochCache) -> None:
+        self.directory = directory
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self._clock = clock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._log_start_offset = log_start_offset
+        self._recovery_point = self.log_end_offset
+        self._hw = high_watermark if high_watermark is not None else 0
+        self._hw_managed = high_watermark is not None
+        self._epochs = epochs
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock()
+        self._last_compaction: tuple[int, int] | None = None  # (segment count, time)
+        self._closed = False
+
+    # ---- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *, topic: str, partition: int,
+             clock: Callable[[], int] = wall_clock_ms) -> PartitionLog:
+        """Open the log in ``directory``, creating it if new, recovering it if not."""
+        directory.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        marker = directory / CLEAN_SHUTDOWN
+        values = read_values(directory / RECOVERY_CHECKPOINT)
+        clean = marker.exists() and values is not None
+        values = values or {}
+        epochs = LeaderEpochCache.load(directory / EPOCH_FILE)
+        epochs_before = epochs.entries
+        now = clock()
+        segments = recovery.load_segments(
+            directory, config, recovery_point=values.get("recovery-point", 0), clean=clean,
+            now_ms=now, on_batch=lambda h: _assign_epoch(epochs, h))
+        log_start = values.get("log-start-offset", 0)
+        if not segments:
+            segments = [LogSegment.create(directory, log_start,
+                                          index_interval_bytes=config.index_interval_bytes,
+                                          max_index_bytes=config.segment_index_bytes,
+                                          now_ms=now)]
+        for seg in segments:
+            seg.dirty = True  # make the first flush fsync whatever recovery read or rewrote
+        end = segments[-1].next_offset
+        log_start = min(max(log_start, segments[0].base_offset), end)
+        hw_value = values.get("high-watermark", -1)
+        hw = min(max(hw_value, log_start), end) if hw_value >= 0 else None
+        self = cls(directory, config, topic=topic, partition=partition, clock=clock,
+                   segments=segments, log_start_offset=log_start, high_watermark=hw,
+                   epochs=epochs)
+        epochs.truncate_from_end(end)
+        epochs.truncate_from_start(log_start)
+        if epochs.entries != epochs_before:
+            epochs.save()
+        self.flush()
+        marker.unlink(missing_ok=True)
+        elapsed = time.monotonic() - started
+        if not clean or elapsed > 1.0:
+            log.info("opened %s-%d: offsets %d..%d in %d segments (%s shutdown, %.2fs)", topic,
+                     partition, log_start, end, len(segments),
+                     "clean" if clean else "unclean", elapsed)
+        return self
+
+    # ---- offsets ---------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        """Defaults to (and tracks) the log end offset until replication sets it."""
+        return self._hw if self._hw_managed else self.log_end_offset
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        self._hw = min(max(value, self._log_start_offset), self.log_end_offset)
+        self._hw_managed = True
+
+    @property
+    def epochs(self) -> list[tuple[int, int]]:
+        return self._epochs.entries
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as Kafka's OffsetsForLeaderEpoch; (-1, -1) if unknown."""
+        return self._epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # ---- appending -------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes, leader_epoch: int) -> AppendResult:
+        """Validate, assign offsets to and append the producer's batches; all or nothing."""
+        self._check_open()
+        headers = validate_batches(records, max_batch_bytes=self.config.max_message_bytes)
+        for h in headers:
+            if h.records_count <= 0 or h.records_count != h.last_offset_delta + 1:
+                raise StromError(
+                    ErrorCode.INVALID_RECORD,
+                    f"record batch at byte {h.position} has {h.records_count} records but last "
+                    f"offset delta {h.last_offset_delta}; a producer batch must hold at least one "
+                    f"record with offset deltas 0..n-1")
+        latest = self._epochs.latest_epoch
+        if latest is not None and leader_epoch < latest:
+            raise StromError(ErrorCode.FENCED_LEADER_EPOCH,
+                             f"leader epoch {leader_epoch} is older than the log's latest epoch "
+                             f"{latest}")
+        now = self._clock()
+        append_time = self.config.log_append_time
+        buf = bytearray(records)
+        offset = self.log_end_offset
+        for h in headers:
+            patch_offsets(buf, h.position, offset, leader_epoch)
+            if append_time:
+                set_log_append_time(buf, h.position, h.size, now)
+            offset += h.last_offset_delta + 1
+        patched = [parse_header(buf, h.position) for h in headers]
+        if self._epochs.assign(leader_epoch, patched[0].base_offset):
+            self._epochs.save()
+        self._write(buf, patched, now)
+        return AppendResult(
+            base_offset=patched[0].base_offset, last_offset=patched[-1].last_offset,
+            record_count=sum(h.records_count for h in patched), size_bytes=len(buf),
+            log_append_time_ms=now if append_time else -1,
+            max_timestamp=max(h.max_timestamp for h in patched))
+
+    def append_as_follower(self, records: bytes) -> AppendResult:
+        """Append batches whose offsets and epochs a leader assigned; all or nothing."""
+        self._check_open()
+        headers = validate_batches(records)
+        end = self.log_end_offset
+        if headers[0].base_offset < end:
+            raise StromError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"follower append starts at offset {headers[0].base_offset} but the "
+                             f"log ends at {end}; truncate the log first")
+        for prev, h in itertools.pairwise(headers):
+            if h.base_offset < prev.next_offset:
+                raise StromError(ErrorCode.CORRUPT_MESSAGE,
+                                 f"record batch at byte {h.position} has base offset "
+                                 f"{h.base_offset} before the previous batch's end "
+                                 f"{prev.next_offset}")
+        changed = False
+        for h in headers:
+            changed = self._epochs.assign(h.leader_epoch, h.base_offset) or changed
+        if changed:
+            self._epochs.save()
+        now = self._clock()
+        self._write(records, headers, now)
+        return AppendResult(
+            base_offset=headers[0].base_offset, last_offset=headers[-1].last_offset,
+            record_count=sum(h.records_count for h in headers), size_bytes=len(records),
+            log_append_time_ms=-1, max_timestamp=max(h.max_timestamp for h in headers))
+
+    def _must_roll(self, seg: LogSegment, h: BatchHeader, now: int) -> bool:
+        if seg.empty:
+            return h.base_offset != seg.base_offset
+        if h.base_offset != seg.next_offset and not self.config.compact:
+            return True  # keep never-compacted segments contiguous (recovery relies on it)
+        return (seg.size + h.size > self.config.segment_bytes or seg.index.full
+                or seg.time_index.full or h.last_offset - seg.base_offset > INT32_MAX
+                or now - seg.created_ms > self.config.segment_ms)
+
+    def _write(self, buf: bytes | bytearray, headers: Sequence[BatchHeader], now: int) -> None:
+        i = 0
+        while i < len(headers):
+            seg = self._segments[-1]
+            if self._must_roll(seg, headers[i], now):
+                seg = self._roll(now, headers[i].base_offset)
+            if seg.empty:
+                seg.created_ms = now
+            j = i + 1
+            size = seg.size + headers[i].size
+            while j < len(headers):
+                h = headers[j]
+                if (size + h.size > self.config.segment_bytes or h.base_offset
+                        != headers[j - 1].next_offset or h.last_offset - seg.base_offset
+                        > INT32_MAX):
+                    break
+                size += h.size
+                j += 1
+            seg.append(buf, headers[i:j])
+            i = j
+        self._unflushed_messages += sum(h.records_count for h in headers)
+        if (self._unflushed_messages >= self.config.flush_messages
+                or now - self._last_flush_ms >= self.config.flush_ms):
+            self.flush()
+
+    def _new_segment(self, base_offset: int, now: int) -> LogSegment:
+        return LogSegment.create(self.directory, base_offset,
+                                 index_interval_bytes=self.config.index_interval_bytes,
+                                 max_index_bytes=self.config.segment_index_bytes, now_ms=now)
+
+    def _roll(self, now: int, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at ``base_offset`` (default: the log end offset)."""
+        active = self._segments[-1]
+        base = self.log_end_offset if base_offset is None else base_offset
+        if active.empty:
+            if active.base_offset == base:
+                return active
+            active.delete()
+            self._segments.pop()
+            self._bases.pop()
+        else:
+            active.flush()  # as Kafka: a rolled segment is flushed, so recovery can skip it
+        seg = self._new_segment(base, now)
+        self._segments.append(seg)
+        self._bases.append(base)
+        fsync_dir(self.directory)
+        if not active.empty:
+            self._recovery_point = max(self._recovery_point, active.next_offset)
+            self._write_checkpoint()
+        return seg
+
+    def maybe_roll(self, now_ms: int | None = None) -> None:
+        """Roll the active segment if segment.ms has passed; also applies flush.ms."""
+        now = self._clock() if now_ms is None else now_ms
+        active = self._segments[-1]
+        if not active.empty and now - active.created_ms > self.config.segment_ms:
+            self._roll(now)
+        if self._unflushed_messages and now - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def _out_of_range(self, offset: int) -> StromError:
+        return StromError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                          f"offset {offset} is out of range for {self.topic}-{self.partition}: "
+                          f"valid offsets are {self._log_start_offset}..{self.log_end_offset} "
+                          f"(log start..log end)")
+
+    def _locate(self, offset: int) -> tuple[LogSegment, BatchHeader] | None:
+        """The segment and header of the first batch whose last offset is >= ``offset``."""
+        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        for seg in self._segments[i:]:
+            h = seg.find(offset)
+            if h is not None:
+                return seg, h
+        return None
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes`` (at least one).
+
+        Nothing at or beyond ``max_offset`` (exclusive; batches are whole, so reading stops at
+        the first batch whose base offset is >= it). Stays within one segment.
+        """
+        self._check_open()
+        end = self.log_end_offset
+        if offset < self._log_start_offset or offset > end or offset < 0:
+            raise self._out_of_range(offset)
+        limit = end if max_offset is None else min(max_offset, end)
+        data = b""
+        if offset < limit:
+            found = self._locate(offset)
+            if found is not None and found[1].base_offset < limit:
+                seg, h = found
+                data = seg.read_at(h.position, max(max_bytes, h.size))
+                data = _whole_batches(data, h.size, limit)
+        return ReadResult(data, self._log_start_offset, end, self.high_watermark)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms``, or None."""
+        self._check_open()
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp_ms:
+                continue
+            h = seg.find_timestamp(timestamp_ms)
+            if h is None:
+                continue
+            for header in seg.headers_from(h.position):
+                if header.max_timestamp < timestamp_ms or header.is_control:
+                    continue
+                for r in decode_batches(seg.read_at(header.position, header.size)):
+                    if r.timestamp >= timestamp_ms and r.offset >= self._log_start_offset:
+                        return r.offset, r.timestamp
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int] | None:
+        """(max timestamp, offset of the first record with it), for ListOffsets -3; None if empty.
+
+        Note the order: timestamp first (unlike ``offset_for_timestamp``).
+        """
+        self._check_open()
+        best: LogSegment | None = None
+        for seg in self._segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return None
+        h = best.find(best.max_timestamp_batch)
+        if h is None:
+            return None
+        for r in decode_batches(best.read_at(h.position, h.size)):
+            if r.timestamp == best.max_timestamp:
+                return r.timestamp, r.offset
+        return best.max_timestamp, h.last_offset
+
+    # ---- truncation ------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after ``offset``; cuts at the batch containing it."""
+        self._check_open()
+        if offset < 0:
+            raise self._out_of_range(offset)
+        if offset >= self.log_end_offset:
+            return
+        if offset < self._log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        for seg in self._segments[i + 1:]:
+            seg.delete()
+        del self._segments[i + 1:]
+        del self._bases[i + 1:]
+        seg = self._segments[i]
+        h = seg.find(offset)
+        if h is not None:
+            seg.truncate_to_position(h.position)
+        end = self.log_end_offset
+        log.info("truncated %s-%d to offset %d", self.topic, self.partition, end)
+        self._hw = min(self._hw, end)
+        self._recovery_point = min(self._recovery_point, end)
+        if self._epochs.truncate_from_end(end):
+            self._epochs.save()
+        self._write_checkpoint()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything; the log restarts, empty, at ``offset``."""
+        self._check_open()
+        for seg in self._segments:
+            seg.delete()
+        seg = self._new_segment(offset, self._clock())
+        self._segments = [seg]
+        self._bases = [offset]
+        self._log_start_offset = offset
+        self._recovery_point = offset
+        self._hw = offset
+        self._epochs.clear()
+        self._epochs.save()
+        fsync_dir(self.directory)
+        self._write_checkpoint()
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """DeleteRecords: hide records below ``offset``; whole segments go at next retention."""
+        self._check_open()
+        if offset > self.high_watermark or offset < 0:
+            raise self._out_of_range(offset)
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            if self._epochs.truncate_from_start(offset):
+                self._epochs.save()
+            self._write_checkpoint()
+
+    # ---- retention and compaction ----------------------------------------------------------
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete whole oldest segments per retention.ms / retention.bytes; returns how many.
+
+        See ``strom.storage.retention``: an expired non-empty active segment is rolled first.
+        """
+        self._check_open()
+        now = self._clock() if now_ms is None else now_ms
+        infos = [retention.SegmentInfo(s.base_offset, s.next_offset, s.size,
+                                       s.max_timestamp if s.max_timestamp >= 0 else s.created_ms)
+                 for s in self._segments]
+        decision = retention.decide(infos, self.config, now, self._log_start_offset)
+        if decision.delete_count == 0:
+            return 0
+        if decision.roll_active:
+            self._roll(now)
+        doomed = self._segments[:decision.delete_count]
+        del self._segments[:decision.delete_count]
+        del self._bases[:decision.delete_count]
+        self._log_start_offset = max(self._log_start_offset, self._bases[0])
+        if self._epochs.truncate_from_start(self._log_start_offset):
+            self._epochs.save()
+        self._write_checkpoint()
+        for seg in doomed:
+            seg.delete()
+        log.info("%s-%d: retention deleted %d segments; log start offset is now %d", self.topic,
+                 self.partition, len(doomed), self._log_start_offset)
+        return len(doomed)
+
+    def needs_compaction(self, now_ms: int) -> bool:
+        """Whether a compaction pass could do anything new (new closed segments, or time passed
+        since the last pass so tombstones or the compaction lag may have expired)."""
+        if not self.config.compact or len(self._segments) < 2:
+            return False
+        if self._last_compaction is None:
+            return True
+        count, when = self._last_compaction
+        wait = min(self.config.delete_retention_ms, max(self.config.min_compaction_lag_ms, 1))
+        return len(self._segments) != count or now_ms - when >= wait
+
+    def compact(self, now_ms: int | None = None) -> int:
+        """Keep the last record per key in closed segments; returns records removed.
+
+        See ``strom.storage.compaction`` for the rules. Each changed segment is rewritten to
+        ``<name>.log.cleaned``, fsynced, and renamed over the original (atomic); its indexes are
+        deleted before the rename and rebuilt after, so a crash at any point leaves either the old
+        or the new segment, never a mix.
+        """
+        self._check_open()
+        now = self._clock() if now_ms is None else now_ms
+        if not self.config.compact or len(self._segments) < 2:
+            return 0
+        cleanable = self._segments[:-1]
+        if self.config.min_compaction_lag_ms > 0:
+            horizon = now - self.config.min_compaction_lag_ms
+            for k, seg in enumerate(cleanable):
+                if seg.max_timestamp > horizon:
+                    cleanable = cleanable[:k]
+                    break
+        latest: dict[bytes, int] = {}
+        for seg in cleanable:
+            for h, data in seg.iter_batches():
+                if not h.is_control:
+                    compaction.update_key_map(latest, compaction.batch_records(data))
+        removed_total = 0
+        for seg in list(cleanable):
+            removed_total += self._compact_segment(seg, latest, now)
+        self._last_compaction = (len(self._segments), now)
+        if removed_total:
+            log.info("%s-%d: compaction removed %d records", self.topic, self.partition,
+                     removed_total)
+        return removed_total
+
+    def _compact_segment(self, seg: LogSegment, latest: dict[bytes, int], now: int) -> int:
+        cleaned = seg.log_path.with_name(seg.log_path.name + CLEANED_SUFFIX)
+        removed = 0
+        fd = os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        written = 0
+        try:
+            for h, data in seg.iter_batches():
+                new, count = compaction.filter_batch(h, data, latest, now,
+                                                     self.config.delete_retention_ms,
+                                                     seg.max_timestamp)
+                removed += count
+                if new is not None:
+                    os.write(fd, new)
+                    written += len(new)
+            if removed:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if not removed:
+            cleaned.unlink()
+            return 0
+        i = self._segments.index(seg)
+        seg.index.delete()
+        seg.time_index.delete()
+        seg.close()
+        os.replace(cleaned, seg.log_path)
+        fsync_dir(self.directory)
+        if written == 0 and i > 0:
+            seg.log_path.unlink()
+            del self._segments[i]
+            del self._bases[i]
+            return removed
+        new_seg = LogSegment.open(self.directory, seg.base_offset,
+                                  index_interval_bytes=self.config.index_interval_bytes,
+                                  max_index_bytes=self.config.segment_index_bytes,
+                                  now_ms=seg.created_ms)
+        new_seg.reset_indexes()
+        new_seg.scan(0, check_crc=False, strict=False)
+        new_seg.dirty = True
+        new_seg.flush()
+        self._segments[i] = new_seg
+        return removed
+
+    # ---- durability and lifecycle ----------------------------------------------------------
+
+    def _write_checkpoint(self) -> None:
+        write_values(self.directory / RECOVERY_CHECKPOINT, {
+            "recovery-point": self._recovery_point,
+            "log-start-offset": self._log_start_offset,
+            "high-watermark": self._hw if self._hw_managed else -1,
+        })
+
+    def flush(self) -> None:
+        """fsync data and indexes, then move the recovery point to the log end offset."""
+        self._check_open()
+        for seg in self._segments:
+            seg.flush()
+        self._recovery_point = self.log_end_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._clock()
+        self._write_checkpoint()
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for seg in self._segments:
+            seg.index_interval_bytes = config.index_interval_bytes
+
+    def close(self) -> None:
+        """Flush, write checkpoints and the clean-shutdown marker, close the files."""
+        if self._closed:
+            return
+        self.flush()
+        self._epochs.save()
+        for seg in self._segments:
+            seg.close()
+        (self.directory / CLEAN_SHUTDOWN).touch()
+        fsync_dir(self.directory)
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close the log and remove its directory."""
+        if not self._closed:
+            for seg in self._segments:
+                seg.delete()
+            self._closed = True
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StromError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"log {self.topic}-{self.partition} is closed")
+
+
+def _assign_epoch(epochs: LeaderEpochCache, h: BatchHeader) -> None:
+    epochs.assign(h.leader_epoch, h.base_offset)
+
+
+def _whole_batches(data: bytes, first_size: int, limit: int) -> bytes:
+    """Cut ``data`` (starting with a whole batch of ``first_size``) after its last whole batch
+    below offset ``limit``."""
+    pos = first_size
+    total = len(data)
+    while total - pos >= HEADER_SIZE:
+        base, length = _OFFSET_LEN.unpack_from(data, pos)
+        size = LOG_OVERHEAD + length
+        if base >= limit or pos + size > total:
+            break
+        pos += size
+    return data if pos == total else data[:pos]

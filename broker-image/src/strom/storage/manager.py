@@ -1,0 +1,140 @@
+"""All partition logs of one broker, across its log directories.
+
+The broker needs one place that knows which partition lives in which ``log.dirs`` entry, recovers
+them all at start-up (reporting progress, because a big broker takes a while), places new
+partitions on the emptiest directory, and runs the periodic housekeeping: time-based rolls,
+``flush.ms``, retention and compaction. A partition directory is ``<topic>-<partition>`` (topics may
+contain '-', so the name is split at the last one).
+
+Deleting a partition first renames its directory to ``<topic>-<partition>.<n>.deleting`` (which
+``load_all`` never mistakes for a partition, and removes if a crash left it) and then removes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from strom.protocol.errors import ErrorCode, StromError
+from strom.storage.config import LogConfig
+from strom.storage.log import PartitionLog, wall_clock_ms
+
+log = logging.getLogger(__name__)
+
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+_DELETING_SUFFIX = ".deleting"
+_PROGRESS_SECONDS = 5.0
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    match = _PARTITION_DIR.match(name)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2))
+
+
+class LogManager:
+    """Owns the ``PartitionLog`` of every partition replica on this broker."""
+
+    def __init__(self, log_dirs: Sequence[Path], default_config: LogConfig, *,
+                 clock: Callable[[], int] = wall_clock_ms) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log directory is required (log.dirs)")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config
+        self._clock = clock
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._deleted = 0
+
+    def load_all(self, topic_configs: Mapping[str, LogConfig] | None = None
+                 ) -> dict[tuple[str, int], PartitionLog]:
+        """Open (and recover) every partition found in the log directories."""
+        found: list[tuple[Path, str, int]] = []
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            for path in sorted(log_dir.iterdir()):
+                if not path.is_dir():
+                    continue
+                if path.name.endswith(_DELETING_SUFFIX):
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                parsed = parse_partition_dir(path.name)
+                if parsed is None:
+                    log.warning("ignoring %s: not a <topic>-<partition> directory", path)
+                    continue
+                if parsed in self._logs:
+                    continue
+                found.append((path, *parsed))
+        started = last_report = time.monotonic()
+        for done, (path, topic, partition) in enumerate(found, start=1):
+            config = (topic_configs or {}).get(topic, self.default_config)
+            self._logs[(topic, partition)] = PartitionLog.open(
+                path, config, topic=topic, partition=partition, clock=self._clock)
+            now = time.monotonic()
+            if now - last_report > _PROGRESS_SECONDS or done == len(found):
+                last_report = now
+                log.info("recovered %d/%d partitions (%.1fs)", done, len(found), now - started)
+        return dict(self._logs)
+
+    def create(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
+        """Create (or return the existing) log, on the directory with the fewest partitions."""
+        existing = self._logs.get((topic, partition))
+        if existing is not None:
+            existing.update_config(config)
+            return existing
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for plog in self._logs.values():
+            parent = plog.directory.parent
+            if parent in counts:
+                counts[parent] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        plog = PartitionLog.open(log_dir / partition_dir_name(topic, partition), config,
+                                 topic=topic, partition=partition, clock=self._clock)
+        self._logs[(topic, partition)] = plog
+        return plog
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def partitions(self) -> dict[tuple[str, int], PartitionLog]:
+        return dict(self._logs)
+
+    def delete_partition(self, topic: str, partition: int) -> None:
+        plog = self._logs.pop((topic, partition), None)
+        if plog is None:
+            raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"no log for {topic}-{partition} on this broker")
+        plog.close()
+        self._deleted += 1
+        doomed = plog.directory.with_name(
+            f"{plog.directory.name}.{self._deleted}{_DELETING_SUFFIX}")
+        plog.directory.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def run_maintenance(self, now_ms: int | None = None) -> None:
+        """Time rolls, flush.ms, retention and compaction for every log; call periodically."""
+        now = self._clock() if now_ms is None else now_ms
+        for key, plog in list(self._logs.items()):
+            try:
+                plog.maybe_roll(now)
+                plog.apply_retention(now)
+                if plog.needs_compaction(now):
+                    plog.compact(now)
+            except Exception:
+                log.exception("maintenance of %s-%d failed", *key)
+
+    def close(self) -> None:
+        for key, plog in list(self._logs.items()):
+            try:
+                plog.close()
+            except Exception:
+                log.exception("closing %s-%d failed", *key)
+        self._logs.clear()

@@ -1,0 +1,139 @@
+"""``strom dev``: a local cluster on embedded defaults, in the background, and the demo.
+
+``up`` starts it (or reports the one already running in ``--data-dir``), ``down`` stops it,
+``status`` shows it, ``demo`` runs the platform end to end. The process management is in
+``localcluster.py``; the demo in ``demo.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from strom.cli import localcluster as lc
+from strom.cli.errors import CliError
+from strom.cli.output import add_output_flag, format_table, render
+from strom.cli.parsing import BOOTSTRAP_ENV, parse_kv_list
+
+
+def _data_dir_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", type=Path, default=Path(lc.DEFAULT_DATA_DIR), metavar="DIR",
+                   help=f"where the cluster keeps its logs, data and cluster.json "
+                   f"(default: ./{lc.DEFAULT_DATA_DIR})")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dev = sub.add_parser("dev", help="a local cluster for development, and the demo",
+                         description="Run a local Strom cluster on 127.0.0.1 in the background.")
+    cmds = dev.add_subparsers(dest="dev_command", metavar="COMMAND", required=True)
+
+    up = cmds.add_parser(
+        "up", help="start a local cluster in the background",
+        description="Start a local cluster on embedded defaults in the background, wait until "
+        "it is ready and print its bootstrap address. Ports 9092.. and 9404.. when free.",
+    )
+    up.add_argument("--brokers", type=int, default=1, metavar="N",
+                    help="number of brokers (default: 1; more need the controller quorum)")
+    _data_dir_flag(up)
+    up.add_argument("--set", action="append", metavar="KEY=VALUE", dest="overrides",
+                    help="broker config for every broker, e.g. --set num.partitions=3")
+    up.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                    help="how long to wait for readiness (default: 30)")
+    add_output_flag(up, choices=("text", "json"), default="text")
+    up.set_defaults(func=cmd_up)
+
+    down = cmds.add_parser("down", help="stop the local cluster",
+                           description="Stop the local cluster: SIGTERM, then SIGKILL after "
+                           "--timeout. Data stays unless --delete-data.")
+    _data_dir_flag(down)
+    down.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",
+                      help="grace period before SIGKILL (default: 15)")
+    down.add_argument("--delete-data", action="store_true",
+                      help="also delete the data dir (topics, logs)")
+    down.set_defaults(func=cmd_down)
+
+    status = cmds.add_parser("status", help="show the local cluster's brokers",
+                             description="Show the brokers of the local cluster: pid, address, "
+                             "alive, ready. Exit 0 when all are ready, 1 otherwise.")
+    _data_dir_flag(status)
+    add_output_flag(status)
+    status.set_defaults(func=cmd_status)
+
+    from strom.cli import demo
+
+    demo.register(cmds, _data_dir_flag)
+
+
+def progress(message: str) -> None:
+    print(f"strom: {message}", file=sys.stderr, flush=True)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    lc.check_broker_count(args.brokers)
+    overrides = parse_kv_list(args.overrides, "--set")
+    data_dir: Path = args.data_dir
+    with lc.locked(data_dir):
+        state = lc.running_state(data_dir)
+        if state is not None:
+            if len(state.brokers) != args.brokers:
+                raise CliError(
+                    f"a {len(state.brokers)}-broker dev cluster already runs in {data_dir}; "
+                    f"stop it first: strom dev down --data-dir {data_dir}"
+                )
+            progress(f"a dev cluster is already running in {data_dir}")
+        else:
+            state = lc.plan_cluster(data_dir, args.brokers)
+            state.overrides = overrides
+            took = lc.start_cluster(state, args.timeout, progress)
+            progress(f"cluster ready in {took:.1f} s")
+    if args.output == "json":
+        print(state.to_json(), end="")
+        return 0
+    print(f"Strom dev cluster running: {len(state.brokers)} broker(s), data in {state.data_dir}")
+    print(f"Bootstrap: {state.bootstrap}")
+    print(f"  export {BOOTSTRAP_ENV}={state.bootstrap}")
+    print(f"Stop it with: strom dev down --data-dir {data_dir}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    data_dir: Path = args.data_dir
+    with lc.locked(data_dir):
+        state = lc.load_state(data_dir)
+        if state is None:
+            print(f"No dev cluster recorded in {data_dir}; nothing to stop.")
+        else:
+            results = lc.stop_cluster(state, args.timeout, progress)
+            lc.state_path(data_dir).unlink(missing_ok=True)
+            for r in results:
+                print(f"Broker {r.broker_id} (pid {r.pid}): {r.outcome}.")
+    if args.delete_data and data_dir.exists():
+        shutil.rmtree(data_dir)
+        print(f"Deleted {data_dir}.")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    data_dir: Path = args.data_dir
+    state = lc.load_state(data_dir)
+    if state is None:
+        raise CliError(f"no dev cluster recorded in {data_dir}; start one with strom dev up "
+                       f"--data-dir {data_dir}")
+    statuses = lc.cluster_status(state)
+    data = {
+        "data_dir": state.data_dir,
+        "bootstrap": state.bootstrap,
+        "brokers": [s.as_dict() for s in statuses],
+    }
+    table = (
+        f"Data dir: {state.data_dir}  Bootstrap: {state.bootstrap}\n"
+        + format_table(
+            ("BROKER", "PID", "ADDRESS", "METRICS", "ALIVE", "READY", "LOG"),
+            [[s.broker_id, s.pid, s.address, s.metrics_port, s.alive, s.ready, s.log_file]
+             for s in statuses],
+        )
+    )
+    print(render(data, args.output, table))
+    return 0 if all(s.ready for s in statuses) else 1

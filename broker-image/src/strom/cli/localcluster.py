@@ -1,0 +1,475 @@
+"""A local cluster of broker processes on 127.0.0.1, for ``strom dev up|down|status|demo``.
+
+Each broker is a detached ``python -m strom.broker`` process (its own session, so closing the
+terminal or Ctrl-C in the shell does not stop it) with its files under ``DIR/broker-<id>/``:
+``broker.log`` (stdout and stderr), ``broker.pid`` and ``data/`` (its ``log.dirs``). The cluster is
+recorded in ``DIR/cluster.json``; that record is what ``down`` and ``status`` read, so they work
+from any shell. Ports: 9092+i (gRPC) and 9404+i (metrics) when free, else random free ports.
+
+Only loopback is bound. A broker counts as ready when its metrics server answers ``/readyz`` with
+200. Stopping sends SIGTERM (graceful: the broker flushes and closes its segments), then SIGKILL
+after a timeout; a PID is only signalled if ``/proc`` shows it still runs ``strom.broker``, so a
+recycled PID is never hit.
+
+Multi-broker clusters need the controller quorum (a later issue): everything here is written for
+N brokers, and ``MAX_BROKERS`` is the one gate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from strom.cli.errors import CliError, UsageError
+
+STATE_FILE = "cluster.json"
+LOCK_FILE = ".lock"
+DEFAULT_DATA_DIR = ".strom-dev"
+HOST = "127.0.0.1"
+FIRST_PORT = 9092
+FIRST_METRICS_PORT = 9404
+#: Raise when the controller quorum lands; nothing else here assumes one broker.
+MAX_BROKERS = 1
+STATE_VERSION = 1
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class BrokerSpec:
+    broker_id: int
+    host: str
+    port: int
+    metrics_port: int
+    dir: str
+    pid: int | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return Path(self.dir) / "broker.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return Path(self.dir) / "broker.pid"
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.dir) / "data"
+
+    @property
+    def ready_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/readyz"
+
+    def config(self) -> dict[str, str]:
+        """The broker config keys this cluster sets (everything else: embedded defaults)."""
+        return {
+            "broker.id": str(self.broker_id),
+            "host": self.host,
+            "port": str(self.port),
+            "metrics.port": str(self.metrics_port),
+            "log.dirs": str(self.data_dir),
+        }
+
+
+@dataclass
+class ClusterState:
+    data_dir: str
+    brokers: list[BrokerSpec]
+    created_ms: int = 0
+    overrides: dict[str, str] = field(default_factory=dict)
+    version: int = STATE_VERSION
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.address for b in self.brokers)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterState:
+        raw = json.loads(text)
+        if not isinstance(raw, dict) or raw.get("version") != STATE_VERSION:
+            raise ValueError(f"not a version {STATE_VERSION} cluster record")
+        brokers = [BrokerSpec(**b) for b in raw["brokers"]]
+        return cls(
+            data_dir=raw["data_dir"], brokers=brokers, created_ms=raw.get("created_ms", 0),
+            overrides=dict(raw.get("overrides", {})),
+        )
+
+
+# --- planning (pure apart from port probes) ---------------------------------------------------
+
+
+def check_broker_count(n: int) -> None:
+    if n < 1:
+        raise UsageError(f"--brokers {n} must be at least 1")
+    if n > MAX_BROKERS:
+        raise CliError(
+            f"--brokers {n}: multi-broker clusters need the controller quorum, not built yet; "
+            f"use --brokers {MAX_BROKERS}"
+        )
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = HOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def pick_ports(
+    n: int, first: int, host: str = HOST, taken: set[int] | None = None,
+    is_free: Callable[[str, int], bool] = port_is_free,
+) -> list[int]:
+    """``first, first+1, ...`` where free, a random free port otherwise; never one in ``taken``."""
+    used = set(taken or ())
+    ports = []
+    for i in range(n):
+        port = first + i
+        if port in used or not is_free(host, port):
+            port = free_port(host)
+            while port in used:
+                port = free_port(host)
+        used.add(port)
+        ports.append(port)
+    return ports
+
+
+def plan_cluster(
+    data_dir: Path, n: int, host: str = HOST,
+    is_free: Callable[[str, int], bool] = port_is_free,
+) -> ClusterState:
+    check_broker_count(n)
+    root = data_dir.resolve()
+    ports = pick_ports(n, FIRST_PORT, host, is_free=is_free)
+    metrics = pick_ports(n, FIRST_METRICS_PORT, host, taken=set(ports), is_free=is_free)
+    brokers = [
+        BrokerSpec(broker_id=i, host=host, port=ports[i], metrics_port=metrics[i],
+                   dir=str(root / f"broker-{i}"))
+        for i in range(n)
+    ]
+    return ClusterState(data_dir=str(root), brokers=brokers, created_ms=int(time.time() * 1000))
+
+
+def broker_command(spec: BrokerSpec, overrides: Mapping[str, str] | None = None) -> list[str]:
+    """The argv that starts one broker (user overrides first, the cluster's own keys win)."""
+    argv = [sys.executable, "-m", "strom.broker"]
+    for key, value in {**(overrides or {}), **spec.config()}.items():
+        argv += ["--set", f"{key}={value}"]
+    return argv
+
+
+# --- state file -------------------------------------------------------------------------------
+
+
+def state_path(data_dir: Path) -> Path:
+    return data_dir / STATE_FILE
+
+
+def load_state(data_dir: Path) -> ClusterState | None:
+    path = state_path(data_dir)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return ClusterState.from_json(text)
+    except (ValueError, KeyError, TypeError) as err:
+        raise CliError(
+            f"{path} is not a valid cluster record ({err}); stop any brokers it named and "
+            "delete it"
+        ) from None
+
+
+def save_state(state: ClusterState) -> None:
+    path = state_path(Path(state.data_dir))
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(state.to_json())
+    tmp.replace(path)
+
+
+@contextlib.contextmanager
+def locked(data_dir: Path) -> Iterator[None]:
+    """One ``up``/``down``/``demo`` at a time per data dir."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / LOCK_FILE, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CliError(
+                f"another strom dev command is using {data_dir}; wait for it to finish"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# --- processes --------------------------------------------------------------------------------
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True if ``pid`` runs (a zombie, dead but not reaped, counts as not running)."""
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (not Linux): trust kill(0)
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def is_our_broker(pid: int | None) -> bool:
+    """True if ``pid`` is alive and (where /proc exists) runs ``strom.broker``."""
+    if not pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return b"strom.broker" in cmdline
+
+
+def probe_ready(spec: BrokerSpec, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(spec.ready_url, timeout=timeout) as resp:
+            return int(resp.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def last_log_line(path: Path, limit: int = 200) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 8192))
+            lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    if not lines:
+        return ""
+    text = lines[-1].decode("utf-8", errors="replace")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def spawn_broker(spec: BrokerSpec, overrides: Mapping[str, str] | None = None) -> int:
+    """Start one detached broker process; return its PID (also written to its pid file)."""
+    spec.data_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    with open(spec.log_file, "ab") as log:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        log.write(f"--- strom dev: starting broker {spec.broker_id} at {stamp} ---\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            broker_command(spec, overrides),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cwd=spec.dir, env=env, start_new_session=True, close_fds=True,
+        )
+    spec.pid = proc.pid
+    spec.pid_file.write_text(f"{proc.pid}\n")
+    _CHILDREN[proc.pid] = proc
+    return proc.pid
+
+
+#: Processes this interpreter started, so they can be reaped (no zombies in long-lived callers).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _reap(pid: int | None) -> None:
+    proc = _CHILDREN.get(pid or -1)
+    if proc is not None and proc.poll() is not None:
+        _CHILDREN.pop(proc.pid, None)
+
+
+def wait_ready(
+    state: ClusterState, timeout: float, progress: Progress = _quiet, poll: float = 0.1
+) -> float:
+    """Block until every broker answers /readyz; return the seconds it took.
+
+    Fails fast, with the broker's last log line, if a broker process exits meanwhile.
+    """
+    start = time.monotonic()
+    pending = list(state.brokers)
+    last_note = start
+    while pending:
+        for spec in list(pending):
+            _reap(spec.pid)
+            if not pid_alive(spec.pid):
+                line = last_log_line(spec.log_file)
+                raise CliError(
+                    f"broker {spec.broker_id} exited during start-up"
+                    + (f": {line}" if line else "")
+                    + f" (full log: {spec.log_file})"
+                )
+            if probe_ready(spec, timeout=0.5):
+                pending.remove(spec)
+                progress(f"broker {spec.broker_id} ready on {spec.address} "
+                         f"({time.monotonic() - start:.1f} s)")
+        if not pending:
+            break
+        now = time.monotonic()
+        if now - start > timeout:
+            ids = ", ".join(str(s.broker_id) for s in pending)
+            raise CliError(
+                f"broker(s) {ids} not ready after {timeout:.0f} s; see "
+                f"{pending[0].log_file} (raise the limit with --timeout)"
+            )
+        if now - last_note >= 2:
+            progress(f"waiting for {len(pending)} broker(s)... {now - start:.0f} s")
+            last_note = now
+        time.sleep(poll)
+    return time.monotonic() - start
+
+
+def start_cluster(
+    state: ClusterState, timeout: float, progress: Progress = _quiet
+) -> float:
+    """Spawn every broker of ``state``, record it, wait for readiness (stop all on failure)."""
+    Path(state.data_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        for spec in state.brokers:
+            Path(spec.dir).mkdir(parents=True, exist_ok=True)
+            pid = spawn_broker(spec, state.overrides)
+            progress(f"started broker {spec.broker_id} (pid {pid}) on {spec.address}, "
+                     f"metrics on :{spec.metrics_port}, log {spec.log_file}")
+        save_state(state)
+        return wait_ready(state, timeout, progress)
+    except BaseException:
+        stop_cluster(state, timeout=5.0)
+        with contextlib.suppress(FileNotFoundError):
+            state_path(Path(state.data_dir)).unlink()
+        raise
+
+
+@dataclass
+class StopResult:
+    broker_id: int
+    pid: int | None
+    outcome: str  # "stopped" | "killed" | "not running"
+
+
+def stop_cluster(
+    state: ClusterState, timeout: float = 15.0, progress: Progress = _quiet
+) -> list[StopResult]:
+    """SIGTERM every live broker, SIGKILL those still alive after ``timeout`` seconds."""
+    results: dict[int, StopResult] = {}
+    running = []
+    for spec in state.brokers:
+        if spec.pid is not None and is_our_broker(spec.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(spec.pid, signal.SIGTERM)
+            running.append(spec)
+            progress(f"stopping broker {spec.broker_id} (pid {spec.pid})")
+        else:
+            results[spec.broker_id] = StopResult(spec.broker_id, spec.pid, "not running")
+    deadline = time.monotonic() + timeout
+    while running and time.monotonic() < deadline:
+        for spec in list(running):
+            _reap(spec.pid)
+            if not pid_alive(spec.pid):
+                running.remove(spec)
+                results[spec.broker_id] = StopResult(spec.broker_id, spec.pid, "stopped")
+        if running:
+            time.sleep(0.05)
+    for spec in running:
+        progress(f"broker {spec.broker_id} (pid {spec.pid}) ignored SIGTERM for "
+                 f"{timeout:.0f} s; killing it")
+        with contextlib.suppress(ProcessLookupError):
+            assert spec.pid is not None
+            os.kill(spec.pid, signal.SIGKILL)
+        for _ in range(100):
+            _reap(spec.pid)
+            if not pid_alive(spec.pid):
+                break
+            time.sleep(0.02)
+        results[spec.broker_id] = StopResult(spec.broker_id, spec.pid, "killed")
+    for spec in state.brokers:
+        with contextlib.suppress(FileNotFoundError):
+            spec.pid_file.unlink()
+    return [results[s.broker_id] for s in state.brokers]
+
+
+@dataclass
+class BrokerStatus:
+    broker_id: int
+    pid: int | None
+    address: str
+    metrics_port: int
+    alive: bool
+    ready: bool
+    log_file: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cluster_status(state: ClusterState) -> list[BrokerStatus]:
+    out = []
+    for spec in state.brokers:
+        alive = is_our_broker(spec.pid)
+        out.append(BrokerStatus(
+            broker_id=spec.broker_id, pid=spec.pid, address=spec.address,
+            metrics_port=spec.metrics_port, alive=alive,
+            ready=alive and probe_ready(spec), log_file=str(spec.log_file),
+        ))
+    return out
+
+
+def running_state(data_dir: Path) -> ClusterState | None:
+    """The recorded cluster if all its brokers run; None if none is recorded or none runs.
+
+    A cluster with only some brokers alive is an error the user must resolve (``dev down``).
+    """
+    state = load_state(data_dir)
+    if state is None:
+        return None
+    alive = [is_our_broker(b.pid) for b in state.brokers]
+    if all(alive):
+        return state
+    if any(alive):
+        raise CliError(
+            f"the dev cluster in {data_dir} is only partly running; stop it with "
+            f"strom dev down --data-dir {data_dir}, then start it again"
+        )
+    return None

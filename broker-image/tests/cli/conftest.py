@@ -1,0 +1,48 @@
+"""Fixtures for the CLI tests: run the real ``strom`` entry point as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+StromRunner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def strom_argv() -> list[str]:
+    """The installed console script next to this interpreter, else ``python -m``."""
+    script = Path(sys.executable).parent / "strom"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "strom.cli.main"]
+
+
+@pytest.fixture
+def strom() -> StromRunner:
+    """``strom(*args, input=..., env=..., timeout=...)`` -> CompletedProcess (text mode)."""
+
+    def run(*args: str, input: str | None = None, env: dict[str, str] | None = None,
+            timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        full_env = {k: v for k, v in os.environ.items()
+                    if k not in ("STROM_BOOTSTRAP_SERVERS", "STROM_DEBUG")}
+        full_env.update(env or {})
+        return subprocess.run(
+            [*strom_argv(), *args], input=input, capture_output=True, text=True,
+            env=full_env, timeout=timeout, cwd=cwd,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+
+    return run
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Any]:
+    """A real broker process on 127.0.0.1 (from ``strom.testing``), stopped afterwards."""
+    testing = pytest.importorskip("strom.testing", reason="strom.testing not available yet")
+    with testing.running_broker(tmp_path / "broker") as handle:
+        yield handle

@@ -1,0 +1,220 @@
+"""The asyncio ``AsyncAdmin``: topics, partitions, configs, cluster description, offsets.
+
+Admin calls go to any broker (each forwards to the controller); a whole-call failure with a
+retriable code (NOT_CONTROLLER, NETWORK_EXCEPTION, ...) is retried on the next broker with backoff
+until ``request_timeout_ms``. Results are per resource, as in Kafka's admin API: the ``*_topics``
+methods return ``{name: StromError | None}`` and, by default, raise the first error after the call
+(``raise_on_error=False`` to inspect partial success). Everything else raises on any error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from strom.client.backoff import RetryPolicy
+from strom.client.config import parse_bootstrap, require_positive
+from strom.client.connections import Connections
+from strom.client.metadata import ClusterMetadata
+from strom.client.models import (
+    BrokerDescription,
+    ClusterDescription,
+    ConfigEntry,
+    NewTopic,
+    PartitionDescription,
+    TopicDescription,
+    TopicPartition,
+)
+from strom.client.offsets import list_offsets, parse_offset_spec
+from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.status import from_rpc_error
+from strom.protocol.v1 import admin_pb2, broker_pb2
+
+
+def _result_error(code: int, message: str, what: str) -> StromError | None:
+    if not code:
+        return None
+    return StromError(error_code_from_int(code), message or f"{what} failed")
+
+
+def _raise_first(results: Mapping[str, StromError | None]) -> None:
+    for err in results.values():
+        if err is not None:
+            raise err
+
+
+class AsyncAdmin:
+    def __init__(self, bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092", *,
+                 request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
+                 retry_backoff_max_ms: int = 1000) -> None:
+        require_positive("request_timeout_ms", request_timeout_ms)
+        self._timeout_ms = request_timeout_ms
+        self._metadata = ClusterMetadata()
+        self._conns = Connections(parse_bootstrap(bootstrap_servers), self._metadata,
+                                  request_timeout_ms)
+        self._retry = RetryPolicy(retry_backoff_ms, max(retry_backoff_ms, retry_backoff_max_ms))
+
+    async def _call(self, method: str, request: Any, *, broker_rpc: bool = False) -> Any:
+        deadline = time.monotonic() + self._timeout_ms / 1000.0
+        attempt = 0
+        last: StromError | None = None
+        while True:
+            for address in self._conns.addresses():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                stub: Any = (self._conns.broker_stub_at(address) if broker_rpc
+                             else self._conns.admin_stub_at(address))
+                try:
+                    return await getattr(stub, method)(request, timeout=left)
+                except grpc.RpcError as exc:
+                    err = from_rpc_error(exc)
+                    if not err.retriable:
+                        raise err from None
+                    last = err
+            attempt += 1
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise last or StromError(ErrorCode.REQUEST_TIMED_OUT,
+                                         f"{method} did not complete in {self._timeout_ms} ms")
+            await asyncio.sleep(min(left, self._retry.backoff(attempt) / 1000.0))
+
+    # --- topics --------------------------------------------------------------------------
+    async def create_topics(self, new_topics: Iterable[NewTopic], validate_only: bool = False,
+                            *, raise_on_error: bool = True) -> dict[str, StromError | None]:
+        request = admin_pb2.CreateTopicsRequest(
+            topics=[admin_pb2.NewTopic(name=t.name, num_partitions=t.num_partitions,
+                                       replication_factor=t.replication_factor,
+                                       configs=dict(t.configs)) for t in new_topics],
+            validate_only=validate_only, timeout_ms=self._timeout_ms)
+        response = await self._call("CreateTopics", request)
+        results = {r.name: _result_error(r.error_code, r.error_message, f"create topic {r.name}")
+                   for r in response.results}
+        if raise_on_error:
+            _raise_first(results)
+        return results
+
+    async def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                           configs: Mapping[str, str] | None = None) -> None:
+        await self.create_topics([NewTopic(name, partitions, replication_factor,
+                                           dict(configs or {}))])
+
+    async def delete_topics(self, names: Iterable[str], *, raise_on_error: bool = True
+                            ) -> dict[str, StromError | None]:
+        request = admin_pb2.DeleteTopicsRequest(names=list(names), timeout_ms=self._timeout_ms)
+        response = await self._call("DeleteTopics", request)
+        results = {r.name: _result_error(r.error_code, r.error_message, f"delete topic {r.name}")
+                   for r in response.results}
+        if raise_on_error:
+            _raise_first(results)
+        return results
+
+    async def list_topics(self, include_internal: bool = False) -> list[str]:
+        response = await self._call(
+            "Metadata", broker_pb2.MetadataRequest(include_internal=include_internal),
+            broker_rpc=True)
+        return sorted(t.name for t in response.topics
+                      if include_internal or not t.internal)
+
+    async def describe_topics(self, names: Iterable[str] | None = None,
+                              include_internal: bool = False) -> list[TopicDescription]:
+        request = admin_pb2.DescribeTopicsRequest(names=list(names or []),
+                                                  include_internal=include_internal)
+        response = await self._call("DescribeTopics", request)
+        out: list[TopicDescription] = []
+        for t in response.topics:
+            err = _result_error(t.error_code, t.error_message, f"describe topic {t.name}")
+            if err is not None:
+                raise err
+            out.append(TopicDescription(
+                name=t.name, topic_id=t.topic_id, internal=t.internal,
+                partitions=[PartitionDescription(
+                    partition=p.partition, leader=p.leader, leader_epoch=p.leader_epoch,
+                    replicas=list(p.replicas), isr=list(p.isr),
+                    log_start_offset=p.log_start_offset, log_end_offset=p.log_end_offset,
+                    high_watermark=p.high_watermark, size_bytes=p.size_bytes)
+                    for p in sorted(t.partitions, key=lambda p: p.partition)],
+                configs=dict(t.configs)))
+        return out
+
+    async def create_partitions(self, topic: str, new_total_count: int,
+                                validate_only: bool = False) -> None:
+        request = admin_pb2.CreatePartitionsRequest(topic=topic, new_total_count=new_total_count,
+                                                    validate_only=validate_only)
+        response = await self._call("CreatePartitions", request)
+        err = _result_error(response.result.error_code, response.result.error_message,
+                            f"create partitions for {topic}")
+        if err is not None:
+            raise err
+
+    # --- configs -------------------------------------------------------------------------
+    @staticmethod
+    def _resource(topic: str | None, broker: int | str | None) -> admin_pb2.ConfigResource:
+        if (topic is None) == (broker is None):
+            raise StromError(ErrorCode.INVALID_REQUEST,
+                             "pass exactly one of topic=NAME or broker=ID")
+        if topic is not None:
+            return admin_pb2.ConfigResource(type=admin_pb2.TOPIC, name=topic)
+        return admin_pb2.ConfigResource(type=admin_pb2.BROKER, name=str(broker))
+
+    async def describe_configs(self, topic: str | None = None, broker: int | str | None = None
+                               ) -> list[ConfigEntry]:
+        request = admin_pb2.DescribeConfigsRequest(resources=[self._resource(topic, broker)])
+        response = await self._call("DescribeConfigs", request)
+        out: list[ConfigEntry] = []
+        for r in response.results:
+            err = _result_error(r.error_code, r.error_message,
+                                f"describe configs of {r.resource.name}")
+            if err is not None:
+                raise err
+            out.extend(ConfigEntry(e.name, e.value, e.source, e.is_default, e.read_only,
+                                   e.sensitive, e.documentation) for e in r.entries)
+        return out
+
+    async def alter_configs(self, topic: str | None = None, set: Mapping[str, str] | None = None,
+                            delete: Iterable[str] | None = None, *,
+                            broker: int | str | None = None, validate_only: bool = False
+                            ) -> None:
+        """Incrementally set and/or revert (``delete``) configs of one topic or broker."""
+        resource = admin_pb2.AlterConfigsResource(resource=self._resource(topic, broker),
+                                                  set=dict(set or {}), delete=list(delete or []))
+        request = admin_pb2.AlterConfigsRequest(resources=[resource], validate_only=validate_only)
+        response = await self._call("AlterConfigs", request)
+        for r in response.results:
+            err = _result_error(r.error_code, r.error_message,
+                                f"alter configs of {r.resource.name}")
+            if err is not None:
+                raise err
+
+    # --- cluster and offsets -------------------------------------------------------------
+    async def describe_cluster(self) -> ClusterDescription:
+        response = await self._call("DescribeCluster", admin_pb2.DescribeClusterRequest())
+        return ClusterDescription(
+            cluster_id=response.cluster_id, controller_id=response.controller_id,
+            brokers=[BrokerDescription(b.broker_id, b.host, b.port, b.rack or None)
+                     for b in sorted(response.brokers, key=lambda b: b.broker_id)])
+
+    async def list_offsets(self, specs: Mapping[TopicPartition, str | int]
+                           ) -> dict[TopicPartition, int]:
+        """{tp: "earliest" | "latest" | "max_timestamp" | timestamp_ms} -> {tp: offset}.
+
+        For a timestamp the offset is that of the first record at or after it, -1 if none.
+        """
+        wanted = {TopicPartition(*tp): parse_offset_spec(spec) for tp, spec in specs.items()}
+        found = await list_offsets(self._conns, self._retry, wanted, self._timeout_ms / 1000.0)
+        return {tp: off for tp, (off, _) in found.items()}
+
+    async def close(self) -> None:
+        await self._conns.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()

@@ -1,0 +1,345 @@
+"""The consumer's engine: position resets and pipelined, long-polling fetches per leader.
+
+One Fetch is kept in flight per leader broker, for every assigned partition led there whose
+prefetch buffer has room (``SubscriptionState.max_buffered_fetches`` answers per partition), so the
+next answer is on its way while the application processes the last — ``poll()`` then only decodes.
+Errors per partition are handled as Kafka's fetcher does: NOT_LEADER_OR_FOLLOWER and other
+retriable codes refresh metadata and back off; OFFSET_OUT_OF_RANGE resets by
+``auto_offset_reset``; anything else is raised from the next ``poll()``.
+
+Runs on one event loop (the caller's for ``AsyncConsumer``, a private thread's for ``Consumer``);
+``on_data`` tells the front that records arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from strom.client.backoff import RetryPolicy
+from strom.client.config import parse_bootstrap, parse_offset_reset, require_positive
+from strom.client.connections import Connections, now_ms
+from strom.client.metadata import ClusterMetadata
+from strom.client.models import TopicPartition
+from strom.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
+from strom.client.positions import EARLIEST, CompletedFetch, SubscriptionState
+from strom.protocol.batch import compute_crc, iter_headers
+from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.records import Record, decode_batches
+from strom.protocol.status import from_rpc_error
+from strom.protocol.v1 import broker_pb2
+
+log = logging.getLogger("strom.client.consumer")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings:
+    bootstrap: list[tuple[str, int]]
+    fetch_max_wait_ms: int
+    fetch_min_bytes: int
+    fetch_max_bytes: int
+    max_partition_fetch_bytes: int
+    max_poll_records: int
+    auto_offset_reset: str
+    request_timeout_ms: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+
+    @classmethod
+    def build(cls, bootstrap_servers: str | list[str], *, fetch_max_wait_ms: int,
+              fetch_min_bytes: int, fetch_max_bytes: int, max_partition_fetch_bytes: int,
+              max_poll_records: int, auto_offset_reset: str, request_timeout_ms: int,
+              retry_backoff_ms: int, retry_backoff_max_ms: int) -> ConsumerSettings:
+        return cls(
+            bootstrap=parse_bootstrap(bootstrap_servers),
+            fetch_max_wait_ms=max(0, fetch_max_wait_ms),
+            fetch_min_bytes=max(0, fetch_min_bytes),
+            fetch_max_bytes=require_positive("fetch_max_bytes", fetch_max_bytes),
+            max_partition_fetch_bytes=require_positive("max_partition_fetch_bytes",
+                                                       max_partition_fetch_bytes),
+            max_poll_records=require_positive("max_poll_records", max_poll_records),
+            auto_offset_reset=parse_offset_reset(auto_offset_reset),
+            request_timeout_ms=require_positive("request_timeout_ms", request_timeout_ms),
+            retry_backoff_ms=max(0, retry_backoff_ms),
+            retry_backoff_max_ms=max(retry_backoff_ms, retry_backoff_max_ms),
+        )
+
+
+class ConsumerCore:
+    def __init__(self, settings: ConsumerSettings, on_data: Callable[[], None]) -> None:
+        self.settings = settings
+        self.metadata = ClusterMetadata()
+        self.conns = Connections(settings.bootstrap, self.metadata, settings.request_timeout_ms)
+        self.subs = SubscriptionState(settings.auto_offset_reset)
+        self.retry = RetryPolicy(settings.retry_backoff_ms, settings.retry_backoff_max_ms)
+        self.on_data = on_data
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._fetches: dict[int, asyncio.Task[None]] = {}
+        self._resets: set[asyncio.Task[None]] = set()
+        self._refreshing: asyncio.Task[None] | None = None
+        self._next_refresh_ms = 0.0
+        self.check_crcs = False
+        self.closed = False
+
+    # --- lifecycle (on the loop) ---------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self.loop = asyncio.get_running_loop()
+            self._wake = asyncio.Event()
+            self._task = self.loop.create_task(self._run(), name="strom-consumer-fetcher")
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def cancel_fetches(self) -> None:
+        """Drop in-flight fetches (after a seek or reassignment) so new positions go out now."""
+        for task in self._fetches.values():
+            task.cancel()
+        self._fetches.clear()
+        self.wake()
+
+    async def close(self) -> None:
+        self.closed = True
+        for t in [self._task, self._refreshing, *self._fetches.values(), *self._resets]:
+            if t is not None:
+                t.cancel()
+        await self.conns.close()
+
+    # --- poll side (any thread) ----------------------------------------------------------
+    def take(self, max_records: int) -> tuple[list[Record], bool]:
+        """Decode up to ``max_records`` buffered records; (records, freed a prefetch slot?)."""
+        subs = self.subs
+        out: list[Record] = []
+        freed = False
+        while len(out) < max_records:
+            with subs.lock:
+                if subs.errors:
+                    if out:
+                        break
+                    raise subs.errors.popleft()
+                c = subs.next_completed()
+                if c is None:
+                    break
+            if c.records is None:
+                if self.check_crcs:
+                    _check_crcs(c)
+                c.records = list(decode_batches(c.data, c.tp.topic, c.tp.partition,
+                                                c.fetch_offset))
+                c.data = b""
+            want = max_records - len(out)
+            chunk = c.records[c.index : c.index + want] if (c.index or want < len(c.records)) \
+                else c.records
+            c.index += len(chunk)
+            exhausted = c.index >= len(c.records)
+            with subs.lock:
+                if not subs.advance(c, chunk[-1] if chunk else None, exhausted):
+                    continue
+            freed = freed or exhausted
+            if out:
+                out.extend(chunk)
+            else:
+                out = chunk if chunk is not c.records else list(chunk)
+        return out, freed
+
+    # --- the fetcher (on the loop) -------------------------------------------------------
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while not self.closed:
+            self._wake.clear()
+            try:
+                self._step()
+            except Exception:
+                log.exception("consumer fetcher step failed")
+            now = now_ms()
+            with self.subs.lock:
+                nb = self.subs.next_backoff_ms()
+            timeout = None if nb == float("inf") else max(0.0, (nb - now) / 1000.0)
+            if self.metadata.needs_refresh(now) and self.subs.states:
+                timeout = 0.05 if timeout is None else min(timeout, 0.05)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _step(self) -> None:
+        now = now_ms()
+        subs = self.subs
+        with subs.lock:
+            resets = subs.needing_reset()
+            for tp, _, _ in resets:
+                subs.states[tp].resetting = True
+            fetchable = subs.fetchable(now)
+            topics = {tp.topic for tp in subs.states}
+        if self.conns.add_topics(topics):
+            self.metadata.mark_stale()
+        if resets:
+            task = self._spawn_reset(resets)
+            self._resets.add(task)
+            task.add_done_callback(self._resets.discard)
+        routed, unknown = self.metadata.group_by_leader(tp for tp, _, _ in fetchable)
+        if unknown or (self.metadata.needs_refresh(now) and topics):
+            self.metadata.mark_stale()
+            self._request_refresh(now)
+        for node, tps in routed.items():
+            if node in self._fetches:
+                continue
+            members = set(tps)
+            wanted = {tp: (off, gen) for tp, off, gen in fetchable if tp in members}
+            with subs.lock:
+                for tp in wanted:
+                    subs.states[tp].in_flight = True
+            assert self.loop is not None
+            task = self.loop.create_task(self._fetch(node, wanted))
+            self._fetches[node] = task
+            task.add_done_callback(functools.partial(self._fetch_done, node))
+
+    def _fetch_done(self, node: int, task: asyncio.Task[None]) -> None:
+        if self._fetches.get(node) is task:
+            del self._fetches[node]
+        if task.cancelled():
+            return
+        self.wake()
+
+    def _spawn_reset(self, resets: list[tuple[TopicPartition, str, int]]) -> asyncio.Task[None]:
+        assert self.loop is not None
+        return self.loop.create_task(self._reset(resets))
+
+    async def _reset(self, resets: list[tuple[TopicPartition, str, int]]) -> None:
+        wanted = {tp: (EARLIEST_TIMESTAMP if strategy == EARLIEST else LATEST_TIMESTAMP)
+                  for tp, strategy, _ in resets}
+        gens = {tp: gen for tp, _, gen in resets}
+        try:
+            found = await list_offsets(self.conns, self.retry, wanted,
+                                       self.settings.request_timeout_ms / 1000.0)
+        except StromError as exc:
+            with self.subs.lock:
+                for tp in wanted:
+                    st = self.subs.states.get(tp)
+                    if st is not None:
+                        st.resetting = False
+                        st.backoff_until_ms = now_ms() + self.settings.retry_backoff_ms
+                if not exc.retriable:
+                    self.subs.errors.append(exc)
+            self.on_data()
+            self.wake()
+            return
+        with self.subs.lock:
+            for tp, (offset, _) in found.items():
+                st = self.subs.states.get(tp)
+                if st is not None:
+                    st.resetting = False
+                    self.subs.set_reset_result(tp, gens[tp], offset)
+        self.on_data()  # position() waiters
+        self.wake()
+
+    def _request_refresh(self, now: float) -> None:
+        if self._refreshing is not None and not self._refreshing.done():
+            return
+        if now < self._next_refresh_ms:
+            return
+        self._next_refresh_ms = now + max(self.settings.retry_backoff_ms, 10)
+        assert self.loop is not None
+        self._refreshing = self.loop.create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        try:
+            await self.conns.refresh_metadata()
+        except StromError as exc:
+            log.debug("metadata refresh failed: %s", exc)
+        finally:
+            self.wake()
+
+    async def _fetch(self, node: int, wanted: dict[TopicPartition, tuple[int, int]]) -> None:
+        s = self.settings
+        request = broker_pb2.FetchRequest(
+            max_wait_ms=s.fetch_max_wait_ms, min_bytes=s.fetch_min_bytes,
+            max_bytes=s.fetch_max_bytes, replica_id=-1, isolation_level=0,
+            partitions=[broker_pb2.FetchPartition(
+                topic=tp.topic, partition=tp.partition, fetch_offset=off,
+                partition_max_bytes=s.max_partition_fetch_bytes, current_leader_epoch=-1)
+                for tp, (off, _) in wanted.items()])
+        subs = self.subs
+        try:
+            try:
+                response = await self.conns.broker_stub(node).Fetch(
+                    request, timeout=(s.request_timeout_ms + s.fetch_max_wait_ms) / 1000.0)
+            except grpc.RpcError as exc:
+                self._fetch_failed(wanted, from_rpc_error(exc))
+                return
+            except StromError as err:
+                self._fetch_failed(wanted, err)
+                return
+            got = False
+            with subs.lock:
+                for p in response.partitions:
+                    tp = TopicPartition(p.topic, p.partition)
+                    w = wanted.pop(tp, None)
+                    if w is None:
+                        continue
+                    if p.error_code:
+                        self._partition_error(tp, w[1], StromError(
+                            error_code_from_int(p.error_code),
+                            p.error_message or f"fetch from {tp} failed"))
+                        got = True
+                    elif subs.on_fetched(tp, w[1], p.records, p.high_watermark,
+                                         p.log_start_offset):
+                        got = True
+                for tp, (_, gen) in wanted.items():  # not answered: fetch again next round
+                    st = subs.states.get(tp)
+                    if st is not None and st.generation == gen:
+                        st.in_flight = False
+            if got:
+                self.on_data()
+        except asyncio.CancelledError:
+            with subs.lock:
+                for tp, (_, gen) in wanted.items():
+                    st = subs.states.get(tp)
+                    if st is not None and st.generation == gen:
+                        st.in_flight = False
+            raise
+
+    def _fetch_failed(self, wanted: dict[TopicPartition, tuple[int, int]],
+                      err: StromError) -> None:
+        with self.subs.lock:
+            for tp, (_, gen) in wanted.items():
+                self._partition_error(tp, gen, err)
+        if not err.retriable:
+            self.on_data()
+
+    def _partition_error(self, tp: TopicPartition, generation: int, err: StromError) -> None:
+        """Handle one partition's fetch error (caller holds ``subs.lock``)."""
+        st = self.subs.states.get(tp)
+        if st is None or st.generation != generation:
+            return
+        st.in_flight = False
+        if err.code is ErrorCode.OFFSET_OUT_OF_RANGE:
+            log.info("%s: offset %s out of range, resetting (%s)", tp, st.fetch_offset,
+                     self.settings.auto_offset_reset)
+            self.subs.request_reset(tp)
+        elif err.retriable:
+            self.metadata.mark_stale()
+            st.backoff_until_ms = now_ms() + self.settings.retry_backoff_ms
+        else:
+            st.backoff_until_ms = now_ms() + self.settings.retry_backoff_max_ms
+            self.subs.errors.append(err)
+
+    # --- control calls (on the loop) -----------------------------------------------------
+    async def list_offsets(self, wanted: dict[TopicPartition, int]
+                           ) -> dict[TopicPartition, tuple[int, int]]:
+        return await list_offsets(self.conns, self.retry, wanted,
+                                  self.settings.request_timeout_ms / 1000.0)
+
+
+def _check_crcs(c: CompletedFetch) -> None:
+    for h in iter_headers(c.data):
+        if compute_crc(c.data, h.position, h.size) != h.crc:
+            raise StromError(ErrorCode.CORRUPT_MESSAGE,
+                             f"record batch at offset {h.base_offset} of {c.tp} fails its "
+                             f"CRC-32C check")

@@ -1,0 +1,153 @@
+"""The synchronous ``Producer``: ``send()`` on the caller's thread, the sender on its own loop.
+
+``send()`` is the per-record cost of every Python producer, so it only routes the record, appends
+it to the open batch of its partition under one lock, and returns a lazy per-record future
+(``RecordFuture``). Everything that involves the network — metadata, Produce calls, retries — runs
+on a private asyncio loop thread (``LoopThread``) with ``grpc.aio``, which is woken once per batch,
+not per record. Delivery callbacks (``on_delivery`` and futures' done-callbacks) run on that
+thread, as in kafka-python and librdkafka: keep them short and do not call the producer's
+blocking methods from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from types import TracebackType
+
+from strom.client.loop_thread import LoopThread
+from strom.client.producer_batch import DeliveryCallback, RecordFuture
+from strom.client.sender import BufferFull, NeedMetadata, ProducerCore, ProducerSettings
+from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.records import Header
+
+_EMPTY: tuple[Header, ...] = ()
+
+
+class Producer:
+    """Kafka-style producer. Thread-safe: ``send`` may be called from several threads."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
+        *,
+        acks: int | str = 1,
+        linger_ms: int = 5,
+        batch_size: int = 262144,
+        compression_type: str = "none",
+        retries: int = 2147483647,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
+        delivery_timeout_ms: int = 120000,
+        request_timeout_ms: int = 30000,
+        max_in_flight_requests_per_connection: int = 5,
+        max_request_size: int = 4 * 1048576,
+        buffer_memory: int = 32 * 1048576,
+        max_block_ms: int = 60000,
+        partitioner: str = "default",
+    ) -> None:
+        self._settings = ProducerSettings.build(
+            bootstrap_servers, acks=acks, linger_ms=linger_ms, batch_size=batch_size,
+            compression_type=compression_type, retries=retries,
+            retry_backoff_ms=retry_backoff_ms, retry_backoff_max_ms=retry_backoff_max_ms,
+            delivery_timeout_ms=delivery_timeout_ms, request_timeout_ms=request_timeout_ms,
+            max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
+            max_request_size=max_request_size, buffer_memory=buffer_memory,
+            max_block_ms=max_block_ms, partitioner=partitioner)
+        self._core = ProducerCore(self._settings)
+        self._thread = LoopThread("strom-producer")
+        self._max_block_s = max_block_ms / 1000.0
+        self._closed = False
+
+        async def _start() -> None:
+            self._core.start()
+
+        self._thread.run(_start())
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Header] | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> RecordFuture:
+        """Queue one record; the future resolves to its ``RecordMetadata`` once acknowledged.
+
+        Blocks only to fetch metadata for a new topic or while ``buffer_memory`` is full (both up
+        to ``max_block_ms``). Raises StromError for a record that can never be sent.
+        """
+        if self._closed:
+            raise StromError(ErrorCode.NETWORK_EXCEPTION, "send() after close()")
+        core = self._core
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        ks = 0 if key is None else len(key)
+        vs = 0 if value is None else len(value)
+        if ks + vs > core.max_record_size:
+            core.check_size(ks, vs)
+        hdrs = _EMPTY if headers is None else headers
+        lock = core.acc.lock
+        reserved = False
+        while True:
+            try:
+                tp, sticky, n = core.route(topic, key, partition)
+            except NeedMetadata:
+                self._thread.run(core.wait_for_topic(topic, self._max_block_s))
+                continue
+            with lock:
+                try:
+                    batch, index, wake, used = core.append_locked(
+                        tp, sticky, n, key, value, ts, hdrs, reserved)
+                except BufferFull:
+                    pass
+                else:
+                    future = RecordFuture(batch, index, ts, ks, vs)
+                    batch.futures.append(future)
+                    if on_delivery is not None:
+                        batch.add_callback(index, ts, ks, vs, on_delivery)
+                    break
+            core.acc.reserve(self._settings.batch_size, self._max_block_s)
+            reserved = True
+        if reserved and not used:
+            core.acc.release(self._settings.batch_size)
+        if wake:
+            self._thread.call_soon(core.wake)
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait until it is acknowledged (or failed)."""
+        if self._closed:
+            return
+        self._thread.run(self._core.flush(timeout))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The partition ids of ``topic`` (fetching metadata if needed)."""
+        if self._core.metadata.partition_count(topic) is None:
+            self._thread.run(self._core.wait_for_topic(topic, self._max_block_s))
+        return self._core.metadata.partitions_for(topic)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what is queued (up to ``timeout`` seconds; None = no limit), then stop."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._thread.run(self._core.close(timeout))
+        finally:
+            self._thread.stop()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            with contextlib.suppress(Exception):
+                self._thread.stop(timeout=1.0)

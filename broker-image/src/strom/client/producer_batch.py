@@ -1,0 +1,154 @@
+"""One producer batch and the per-record futures that point into it.
+
+Completion is per batch (one Produce answer per batch), so the per-record cost of ``send()`` must
+not include a full ``concurrent.futures.Future`` (its ``threading.Condition`` alone is ~1 µs).
+``RecordFuture`` is a real ``Future`` subclass — ``wait()``/``as_completed()``/callbacks work — but
+all records of a batch share the batch's condition, and its ``RecordMetadata`` is built only when
+asked for (kafka-python and librdkafka do the same: per-batch completion, lazy record metadata).
+The sender completes a whole batch under the shared condition and notifies once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures._base import FINISHED, PENDING
+from typing import Any
+
+from strom.client.models import RecordMetadata, TopicPartition
+from strom.protocol.records import BatchBuilder
+
+DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
+
+
+class RecordFuture(Future[RecordMetadata]):
+    """The future ``Producer.send`` returns: resolved when the record's batch is acknowledged."""
+
+    # Class-level defaults save three instance writes per record; completion shadows them.
+    _state = PENDING
+    _result: Any = None
+    _exception: BaseException | None = None
+
+    def __init__(self, batch: ProducerBatch, index: int, timestamp: int, key_size: int,
+                 value_size: int) -> None:  # deliberately not calling Future.__init__ (see module)
+        self._condition = batch.condition
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Callable[[Future[RecordMetadata]], object]] = []
+        self._meta = (batch, index, timestamp, key_size, value_size)
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        super().result(timeout)  # waits, raises the batch's exception
+        batch, index, timestamp, key_size, value_size = self._meta
+        return batch.record_metadata(index, timestamp, key_size, value_size)
+
+    def cancel(self) -> bool:
+        return False  # once handed to the producer a record cannot be taken back (as in Kafka)
+
+
+class ProducerBatch:
+    """Records for one partition, sent (and possibly retried) as one RecordBatch v2."""
+
+    __slots__ = (
+        "acks_zero", "async_futures", "attempts", "base_offset", "builder", "callbacks",
+        "condition", "created_ms", "data", "done", "error", "full", "futures",
+        "log_append_time", "reserved", "retry_at_ms", "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, builder: BatchBuilder, created_ms: float,
+                 reserved: int) -> None:
+        self.tp = tp
+        self.builder = builder
+        self.created_ms = created_ms
+        self.reserved = reserved  # bytes of buffer_memory held until completion
+        self.condition = threading.Condition(threading.Lock())
+        self.futures: list[RecordFuture] = []  # the sync producer's, one per record
+        # the async producer's: (index, timestamp, key_size, value_size, asyncio.Future)
+        self.async_futures: list[tuple[int, int, int, int, Any]] | None = None
+        self.callbacks: list[tuple[int, int, int, int, DeliveryCallback]] | None = None
+        self.data: bytes | None = None  # set when closed for sending
+        self.full = False
+        self.attempts = 0
+        self.retry_at_ms = 0.0
+        self.done = False
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+        self.acks_zero = False
+
+    @property
+    def record_count(self) -> int:
+        return len(self.builder)
+
+    def close(self) -> bytes:
+        """Freeze the batch into bytes (idempotent: retries resend the same bytes)."""
+        if self.data is None:
+            self.data = self.builder.build()
+            self.full = True
+        return self.data
+
+    def record_metadata(self, index: int, timestamp: int, key_size: int,
+                        value_size: int) -> RecordMetadata:
+        offset = -1 if self.acks_zero or self.base_offset < 0 else self.base_offset + index
+        ts = self.log_append_time if self.log_append_time >= 0 else timestamp
+        return RecordMetadata(self.tp.topic, self.tp.partition, offset, ts, key_size, value_size)
+
+    def add_callback(self, index: int, timestamp: int, key_size: int, value_size: int,
+                     callback: DeliveryCallback) -> None:
+        if self.callbacks is None:
+            self.callbacks = []
+        self.callbacks.append((index, timestamp, key_size, value_size, callback))
+
+    def complete(self, base_offset: int, log_append_time: int = -1,
+                 error: BaseException | None = None) -> None:
+        """Resolve every record of the batch: one lock, one notify, then callbacks."""
+        if self.done:
+            return
+        self.base_offset = base_offset
+        self.log_append_time = log_append_time
+        self.error = error
+        self.done = True
+        sync_futures = self.futures
+        with self.condition:
+            for f in sync_futures:
+                f._state = FINISHED
+                if error is not None:
+                    f._exception = error
+            self.condition.notify_all()
+        for f in sync_futures:
+            if f._waiters:
+                for waiter in f._waiters:
+                    if error is None:
+                        waiter.add_result(f)
+                    else:
+                        waiter.add_exception(f)
+            if f._done_callbacks:
+                for cb in f._done_callbacks:
+                    _safe(cb, f)
+        if self.async_futures:
+            self._complete_async(self.async_futures, error)
+        if self.callbacks:
+            for index, ts, ks, vs, callback in self.callbacks:
+                if error is None:
+                    _safe(callback, self.record_metadata(index, ts, ks, vs), None)
+                else:
+                    _safe(callback, None, error)
+
+    def _complete_async(self, futures: list[tuple[int, int, int, int, Any]],
+                        error: BaseException | None) -> None:
+        for index, ts, ks, vs, f in futures:
+            if f.done():
+                continue
+            if error is not None:
+                f.set_exception(error)
+            else:
+                f.set_result(self.record_metadata(index, ts, ks, vs))
+
+
+def _safe(fn: Callable[..., object], *args: object) -> None:
+    try:
+        fn(*args)
+    except Exception:  # a user's callback must not kill the sender
+        import logging
+
+        logging.getLogger("strom.client.producer").exception("delivery callback raised")

@@ -1,0 +1,429 @@
+"""The producer's engine: routing, appending, and the sender task that ships batches.
+
+Shared by ``Producer`` (which runs it on a private loop thread and appends from the caller's
+thread) and ``AsyncProducer`` (which runs it on the caller's loop). The sender loop asks the
+accumulator which leaders have sendable batches, sends one Produce per leader with up to
+``max_in_flight_requests_per_connection`` requests pipelined per broker, and on a retriable error
+(NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, NETWORK_EXCEPTION, ...) marks the metadata
+stale and re-queues the batch after exponential backoff with jitter until ``delivery_timeout_ms``
+— Kafka's producer behaviour. Non-retriable errors fail the batch's futures.
+
+Idempotence (producer ids and sequence numbers) comes later: batch headers carry producer id -1,
+so, as with Kafka's non-idempotent producer, a retry after a lost answer can duplicate records and
+``max_in_flight_requests_per_connection > 1`` can reorder them across a retry. With
+``max_in_flight_requests_per_connection=1`` a partition has one batch in flight at a time, which
+keeps order. Oversized batches are not split on MESSAGE_TOO_LARGE: lower ``batch_size``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from strom.client.accumulator import RecordAccumulator
+from strom.client.backoff import RetryPolicy
+from strom.client.config import parse_acks, parse_bootstrap, require_positive
+from strom.client.connections import Connections, now_ms
+from strom.client.metadata import ClusterMetadata
+from strom.client.models import TopicPartition
+from strom.client.partitioner import DefaultPartitioner
+from strom.client.producer_batch import ProducerBatch
+from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.records import Compression, Header
+from strom.protocol.status import from_rpc_error
+from strom.protocol.v1 import broker_pb2
+
+log = logging.getLogger("strom.client.producer")
+
+#: Per-record bytes beyond key and value (varints, attributes, deltas) — for the size check.
+RECORD_OVERHEAD = 24
+
+
+class NeedMetadata(Exception):
+    """Internal: the topic's partitions are not known yet; wait for metadata and try again."""
+
+
+class BufferFull(Exception):
+    """Internal: buffer_memory is used up; wait for a batch to complete and try again."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSettings:
+    bootstrap: list[tuple[str, int]]
+    acks: int
+    linger_ms: int
+    batch_size: int
+    compression: Compression
+    retries: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    delivery_timeout_ms: int
+    request_timeout_ms: int
+    max_in_flight: int
+    max_request_size: int
+    buffer_memory: int
+    max_block_ms: int
+
+    @classmethod
+    def build(cls, bootstrap_servers: str | Sequence[str], *, acks: int | str, linger_ms: int,
+              batch_size: int, compression_type: str, retries: int, retry_backoff_ms: int,
+              retry_backoff_max_ms: int, delivery_timeout_ms: int, request_timeout_ms: int,
+              max_in_flight_requests_per_connection: int, max_request_size: int,
+              buffer_memory: int, max_block_ms: int, partitioner: str) -> ProducerSettings:
+        if partitioner not in ("default", "murmur2", "sticky"):
+            raise StromError(ErrorCode.INVALID_CONFIG,
+                             f"partitioner={partitioner!r} is not supported; use 'default'")
+        try:
+            compression = Compression.parse(compression_type)
+        except ValueError as exc:
+            raise StromError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        if linger_ms < 0:
+            raise StromError(ErrorCode.INVALID_CONFIG, f"linger_ms={linger_ms} must be >= 0")
+        return cls(
+            bootstrap=parse_bootstrap(bootstrap_servers), acks=parse_acks(acks),
+            linger_ms=linger_ms, batch_size=require_positive("batch_size", batch_size),
+            compression=compression, retries=max(0, retries),
+            retry_backoff_ms=max(0, retry_backoff_ms),
+            retry_backoff_max_ms=max(retry_backoff_ms, retry_backoff_max_ms),
+            delivery_timeout_ms=require_positive("delivery_timeout_ms", delivery_timeout_ms),
+            request_timeout_ms=require_positive("request_timeout_ms", request_timeout_ms),
+            max_in_flight=require_positive("max_in_flight_requests_per_connection",
+                                           max_in_flight_requests_per_connection),
+            max_request_size=require_positive("max_request_size", max_request_size),
+            buffer_memory=require_positive("buffer_memory", buffer_memory),
+            max_block_ms=max(0, max_block_ms),
+        )
+
+
+class ProducerCore:
+    """Routing + accumulator + sender task. Sender methods run on one event loop only."""
+
+    def __init__(self, settings: ProducerSettings) -> None:
+        self.settings = settings
+        self.metadata = ClusterMetadata()
+        self.conns = Connections(settings.bootstrap, self.metadata, settings.request_timeout_ms)
+        self.acc = RecordAccumulator(
+            batch_size=settings.batch_size, linger_ms=settings.linger_ms,
+            compression=settings.compression, buffer_memory=settings.buffer_memory,
+            max_in_flight_per_partition=settings.max_in_flight)
+        self.partitioner = DefaultPartitioner()
+        self.retry = RetryPolicy(settings.retry_backoff_ms, settings.retry_backoff_max_ms,
+                                 settings.retries)
+        self.max_record_size = settings.max_request_size - 61 - RECORD_OVERHEAD
+        self._routes: dict[str, list[TopicPartition]] = {}
+        self._routes_version = -1
+        self.in_flight: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake: asyncio.Event | None = None
+        self._completed: asyncio.Event | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._refreshing: asyncio.Task[None] | None = None
+        self._next_refresh_ms = 0.0
+        self._flush_waiters: list[tuple[set[ProducerBatch], asyncio.Future[None]]] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.closed = False
+
+    # --- lifecycle (on the loop) ---------------------------------------------------------
+    def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._completed = asyncio.Event()
+        self._sender = self.loop.create_task(self._run(), name="strom-producer-sender")
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # --- routing and append (any thread) -------------------------------------------------
+    def route(self, topic: str, key: bytes | None, partition: int | None
+              ) -> tuple[TopicPartition, bool, int]:
+        """(partition to append to, sticky?, partition count); raises NeedMetadata."""
+        if self._routes_version != self.metadata.version:
+            self._routes.clear()
+            self._routes_version = self.metadata.version
+        tps = self._routes.get(topic)
+        if tps is None:
+            n = self.metadata.partition_count(topic)
+            if n is None:
+                raise NeedMetadata(topic)
+            tps = self._routes[topic] = [TopicPartition(topic, p) for p in range(n)]
+        n = len(tps)
+        if partition is not None:
+            if not 0 <= partition < n:
+                raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"partition {partition} does not exist: topic {topic!r} has "
+                                 f"{n} partitions (0..{n - 1})")
+            return tps[partition], False, n
+        if key is not None:
+            return tps[self.partitioner.partition_for_key(key, n)], False, n
+        return tps[self.partitioner.sticky_partition(topic, n)], True, n
+
+    def append_locked(self, tp: TopicPartition, sticky: bool, n: int, key: bytes | None,
+                      value: bytes | None, ts: int, headers: Sequence[Header], reserved: bool
+                      ) -> tuple[ProducerBatch, int, bool, bool]:
+        """Append under ``acc.lock``: (batch, index, wake the sender?, reservation used?)."""
+        acc = self.acc
+        batch = acc.open_batch(tp)
+        if batch is not None:
+            if batch.builder.append(key, value, ts, headers):
+                return batch, len(batch.builder) - 1, False, False
+            batch.full = True
+        if sticky and n > 1:  # KIP-480: a new batch is due, so move null keys elsewhere
+            tp = self._routes[tp.topic][self.partitioner.on_new_batch(tp.topic, n, tp.partition)]
+            batch = acc.open_batch(tp)
+            if batch is not None:
+                if batch.builder.append(key, value, ts, headers):
+                    return batch, len(batch.builder) - 1, True, False
+                batch.full = True
+        if not reserved and not acc.try_reserve(self.settings.batch_size):
+            raise BufferFull
+        batch = acc.new_batch(tp, now_ms(), self.settings.batch_size)
+        batch.builder.append(key, value, ts, headers)
+        return batch, 0, True, True
+
+    def check_size(self, key_size: int, value_size: int) -> None:
+        if key_size + value_size > self.max_record_size:
+            raise StromError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"record of {key_size + value_size} bytes (key + value) does not fit "
+                f"max_request_size={self.settings.max_request_size}; raise max_request_size "
+                f"(and the topic's max.message.bytes) or send smaller records")
+
+    async def wait_for_topic(self, topic: str, timeout_s: float) -> None:
+        """Fetch metadata until ``topic``'s partitions are known (Kafka's max.block.ms wait)."""
+        deadline = time.monotonic() + timeout_s
+        if self.conns.add_topics([topic]):
+            self.metadata.mark_stale()
+        attempt = 0
+        last: StromError | None = None
+        while True:
+            if self.metadata.partition_count(topic) is not None:
+                return
+            err = self.metadata.topic_error(topic)
+            if err is not None and not err.retriable:
+                raise err
+            try:
+                await self.conns.refresh_metadata()
+            except StromError as exc:
+                last = exc
+            if self.metadata.partition_count(topic) is not None:
+                return
+            last = self.metadata.topic_error(topic) or last
+            if last is not None and not last.retriable:
+                raise last
+            attempt += 1
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StromError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"topic {topic!r} not present in metadata after {timeout_s * 1000:.0f} ms"
+                    + (f" (last error: {last})" if last else "")
+                    + "; create it first (Admin.create_topic) or check bootstrap_servers")
+            await asyncio.sleep(min(left, self.retry.backoff(attempt) / 1000.0))
+
+    # --- the sender (on the loop) --------------------------------------------------------
+    def _leader_of(self, tp: TopicPartition) -> int:
+        return self.metadata.leader_for(tp)
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        acc = self.acc
+        try:
+            while True:
+                self._wake.clear()
+                now = now_ms()
+                check = acc.ready(now, self._leader_of)
+                if check.unknown_leader_topics:
+                    self.metadata.mark_stale()
+                    self.conns.add_topics(check.unknown_leader_topics)
+                if self.metadata.needs_refresh(now):
+                    self._request_refresh(now)
+                nodes = [n for n in check.nodes
+                         if self.in_flight.get(n, 0) < self.settings.max_in_flight]
+                if nodes:
+                    drained = acc.drain(nodes, self._leader_of, self.settings.max_request_size,
+                                        now)
+                    for node, batches in drained.items():
+                        self.in_flight[node] = self.in_flight.get(node, 0) + 1
+                        self._spawn(self._send(node, batches))
+                for batch in acc.expire(now, self.settings.delivery_timeout_ms):
+                    self._finish(batch, -1, -1, StromError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"expiring {batch.record_count} record(s) for {batch.tp}: "
+                        f"{now - batch.created_ms:.0f} ms passed since the batch was created, "
+                        f"over delivery_timeout_ms={self.settings.delivery_timeout_ms}"))
+                if acc.closing and not acc.has_incomplete():
+                    return
+                timeout: float | None = None
+                if check.next_check_ms != float("inf"):
+                    timeout = max(0.0, (check.next_check_ms - now_ms()) / 1000.0)
+                if acc.has_queued():
+                    # queued but not sendable (no leader, in-flight limit): look again soon
+                    timeout = min(timeout if timeout is not None else 1.0,
+                                  max(self.settings.retry_backoff_ms, 10) / 1000.0
+                                  if check.unknown_leader_topics else 1.0)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # never leave futures hanging on a bug
+            log.exception("producer sender failed")
+            for batch in acc.abort_all():
+                self._finish(batch, -1, -1, exc)
+            raise
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        assert self.loop is not None
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _request_refresh(self, now: float) -> None:
+        if self._refreshing is not None and not self._refreshing.done():
+            return
+        if now < self._next_refresh_ms:
+            return
+        self._next_refresh_ms = now + max(self.settings.retry_backoff_ms, 10)
+        assert self.loop is not None
+        self._refreshing = self.loop.create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        try:
+            await self.conns.refresh_metadata()
+        except StromError as exc:
+            log.debug("metadata refresh failed: %s", exc)
+        finally:
+            self.wake()
+
+    async def _send(self, node: int, batches: list[ProducerBatch]) -> None:
+        s = self.settings
+        request = broker_pb2.ProduceRequest(
+            acks=s.acks, timeout_ms=s.request_timeout_ms,
+            partitions=[broker_pb2.PartitionProduceData(
+                topic=b.tp.topic, partition=b.tp.partition, records=b.data) for b in batches])
+        if s.acks == 0:  # the client does not wait for the answer (Kafka: offset -1)
+            for b in batches:
+                b.acks_zero = True
+                self._finish(b, -1, -1, None)
+        try:
+            try:
+                stub = self.conns.broker_stub(node)
+                response = await stub.Produce(request, timeout=s.request_timeout_ms / 1000.0)
+            except grpc.RpcError as exc:
+                err = from_rpc_error(exc)
+                for b in batches:
+                    self._failed(b, err)
+                return
+            except StromError as err:
+                for b in batches:
+                    self._failed(b, err)
+                return
+            results = {(p.topic, p.partition): p for p in response.partitions}
+            for b in batches:
+                r = results.get((b.tp.topic, b.tp.partition))
+                if r is None:
+                    self._failed(b, StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                               f"produce response has no result for {b.tp}"))
+                elif r.error_code:
+                    self._failed(b, StromError(error_code_from_int(r.error_code),
+                                               r.error_message or f"produce to {b.tp} failed"))
+                else:
+                    self._finish(b, r.base_offset, r.log_append_time_ms, None)
+        finally:
+            self.in_flight[node] -= 1
+            self.wake()
+
+    def _failed(self, batch: ProducerBatch, err: StromError) -> None:
+        if batch.done:
+            return  # acks=0: already resolved
+        now = now_ms()
+        if self.retry.should_retry(err.retriable, batch.attempts + 1, now,
+                                   batch.created_ms + self.settings.delivery_timeout_ms) \
+                and not self.closed:
+            log.debug("retrying %s after %s (attempt %d)", batch.tp, err, batch.attempts + 1)
+            self.metadata.mark_stale()
+            self._request_refresh(now)
+            self.acc.reenqueue(batch, now + self.retry.backoff(batch.attempts + 1))
+            return
+        self._finish(batch, -1, -1, err)
+
+    def _finish(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
+                error: BaseException | None) -> None:
+        if batch.done:
+            return
+        batch.complete(base_offset, log_append_time, error)
+        self.acc.finished(batch)
+        if self._completed is not None:
+            self._completed.set()
+        if self._flush_waiters:
+            still = []
+            for pending, fut in self._flush_waiters:
+                pending.discard(batch)
+                if pending:
+                    still.append((pending, fut))
+                elif not fut.done():
+                    fut.set_result(None)
+            self._flush_waiters = still
+
+    async def wait_completion(self) -> None:
+        """Wait until some batch completes (the async producer's buffer_memory backpressure)."""
+        assert self._completed is not None
+        self._completed.clear()
+        await self._completed.wait()
+
+    # --- flush / close (on the loop) -----------------------------------------------------
+    async def flush(self, timeout_s: float | None) -> None:
+        assert self.loop is not None
+        with self.acc.lock:
+            pending = {b for b in self.acc.incomplete if not b.done}
+            self.acc.flushes_in_progress += 1
+        try:
+            if not pending:
+                return
+            fut: asyncio.Future[None] = self.loop.create_future()
+            self._flush_waiters.append((pending, fut))
+            self.wake()
+            try:
+                await asyncio.wait_for(fut, timeout_s)
+            except TimeoutError:
+                raise StromError(ErrorCode.REQUEST_TIMED_OUT,
+                                 f"flush did not complete within {timeout_s} s; "
+                                 f"{len(pending)} batch(es) still unacknowledged") from None
+        finally:
+            with self.acc.lock:
+                self.acc.flushes_in_progress -= 1
+
+    async def close(self, timeout_s: float | None) -> None:
+        if self.closed:
+            return
+        with self.acc.lock:
+            self.acc.closing = True
+        with self.acc.memory:
+            self.acc.memory.notify_all()
+        self.wake()
+        if self._sender is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._sender), timeout_s)
+            except TimeoutError:
+                self._sender.cancel()
+            except Exception:  # the sender already logged and failed its batches
+                pass
+        self.closed = True
+        err = StromError(ErrorCode.NETWORK_EXCEPTION,
+                         "producer closed before the record was acknowledged")
+        for batch in self.acc.abort_all():
+            self._finish(batch, -1, -1, err)
+        for batch in list(self.acc.incomplete):
+            self._finish(batch, -1, -1, err)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+        await self.conns.close()

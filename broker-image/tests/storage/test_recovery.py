@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from strom.protocol.records import decode_batches, encode_batch
 from strom.storage import LogConfig, PartitionLog
 
@@ -136,7 +135,7 @@ def test_damaged_indexes_are_rebuilt(tmp_path, clock, damage):
 
 
 def test_leftovers_removed_and_epochs_rebuilt(tmp_path, clock):
-    ends, seg = _write_log(tmp_path / "t-0", clock)
+    ends, _seg = _write_log(tmp_path / "t-0", clock)
     (tmp_path / "t-0" / "00000000000000000000.log.cleaned").write_bytes(b"junk")
     (tmp_path / "t-0" / "recovery-point-checkpoint.tmp").write_bytes(b"junk")
     (tmp_path / "t-0" / "00000000000000099999.index").write_bytes(b"")

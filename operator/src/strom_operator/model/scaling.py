@@ -1,0 +1,84 @@
+"""Broker count changes: the next step when ``spec.brokers.replicas`` differs from the StatefulSet.
+
+Scale out: grow the StatefulSet first; once the new brokers have registered, run a rebalance plan
+(:mod:`strom_operator.model.rebalance`) that moves replicas onto them.
+
+Scale in: never remove a broker that holds data.  First refuse if the remaining brokers could not
+hold the largest replication factor; otherwise drain (reassign every replica off the leaving
+brokers, the highest ordinals, since a StatefulSet removes from the end), wait until the
+reassignment is done and the leaving brokers hold nothing, and only then shrink the StatefulSet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Literal
+
+Step = Literal[
+    "Steady",
+    "GrowStatefulSet",
+    "WaitForBrokers",
+    "Rebalance",
+    "Refuse",
+    "Drain",
+    "WaitForDrain",
+    "ShrinkStatefulSet",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleDecision:
+    step: Step
+    message: str
+    leaving: tuple[int, ...] = ()
+
+
+def decide(
+    *,
+    desired: int,
+    current: int,
+    registered: frozenset[int] | None,
+    replicas_per_broker: Mapping[int, int] | None,
+    max_replication_factor: int,
+    reassignment_in_progress: bool,
+) -> ScaleDecision:
+    """``current`` is the StatefulSet's replicas; ``registered`` the broker ids the controller knows
+    and ``replicas_per_broker`` their replica counts (None when the Admin API is not reachable)."""
+    if desired > current:
+        return ScaleDecision("GrowStatefulSet", f"scaling out from {current} to {desired} brokers")
+    if desired < current:
+        leaving = tuple(range(desired, current))
+        if desired < max_replication_factor:
+            return ScaleDecision(
+                "Refuse",
+                f"can not scale in to {desired} broker(s): a topic has replication factor "
+                f"{max_replication_factor}; lower it or keep {max_replication_factor} brokers",
+                leaving,
+            )
+        if replicas_per_broker is None:
+            return ScaleDecision(
+                "WaitForDrain",
+                f"waiting for the cluster's assignment to drain brokers {list(leaving)}",
+                leaving,
+            )
+        holding = [b for b in leaving if replicas_per_broker.get(b, 0) > 0]
+        if reassignment_in_progress:
+            return ScaleDecision("WaitForDrain", f"draining brokers {list(leaving)}", leaving)
+        if holding:
+            return ScaleDecision("Drain", f"moving replicas off brokers {holding}", leaving)
+        return ScaleDecision(
+            "ShrinkStatefulSet",
+            f"brokers {list(leaving)} are empty; scaling in to {desired}",
+            leaving,
+        )
+    if registered is None:
+        return ScaleDecision("Steady", f"{current} broker(s)")
+    missing = sorted(set(range(desired)) - registered)
+    if missing:
+        return ScaleDecision("WaitForBrokers", f"waiting for brokers {missing} to register")
+    if replicas_per_broker is not None and not reassignment_in_progress:
+        empty = [b for b in range(desired) if replicas_per_broker.get(b, 0) == 0]
+        if empty and any(replicas_per_broker.values()):
+            return ScaleDecision("Rebalance", f"brokers {empty} hold no replicas: rebalancing")
+    return ScaleDecision("Steady", f"{current} broker(s)")

@@ -300,6 +300,8 @@ class PartitionLog:
             self._bases.pop()
         else:
             active.flush()  # as Kafka: a rolled segment is flushed, so recovery can skip it
+            active.index.close()  # closed segments keep only their .log fd open
+            active.time_index.close()
         seg = self._new_segment(base, now)
         self._segments.append(seg)
         self._bases.append(base)

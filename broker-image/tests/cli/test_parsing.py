@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from strom.cli.errors import UsageError
 from strom.cli.parsing import (
     default_bootstrap,

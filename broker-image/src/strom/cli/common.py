@@ -11,7 +11,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from strom.cli.errors import UsageError
 from strom.cli.parsing import BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP, default_bootstrap, parse_bootstrap
+
+DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 
 if TYPE_CHECKING:
     from strom.client import Admin
@@ -25,6 +28,21 @@ def add_bootstrap_flag(parser: argparse.ArgumentParser) -> None:
         help=f"broker address(es), comma-separated (default: ${BOOTSTRAP_ENV}, "
         f"else {DEFAULT_BOOTSTRAP})",
     )
+    parser.add_argument(
+        "--request-timeout-ms",
+        type=int,
+        default=DEFAULT_REQUEST_TIMEOUT_MS,
+        metavar="MS",
+        help=f"give up on a request (or an unreachable cluster) after MS "
+        f"(default: {DEFAULT_REQUEST_TIMEOUT_MS})",
+    )
+
+
+def request_timeout_ms(args: argparse.Namespace) -> int:
+    value = int(getattr(args, "request_timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS))
+    if value < 1:
+        raise UsageError(f"--request-timeout-ms {value} must be at least 1")
+    return value
 
 
 def bootstrap(args: argparse.Namespace) -> str:
@@ -35,9 +53,10 @@ def bootstrap(args: argparse.Namespace) -> str:
 @contextlib.contextmanager
 def open_admin(args: argparse.Namespace) -> Iterator[Admin]:
     servers = bootstrap(args)
+    timeout_ms = request_timeout_ms(args)
     from strom.client import Admin
 
-    admin = Admin(servers)
+    admin = Admin(servers, request_timeout_ms=timeout_ms)
     try:
         yield admin
     finally:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from strom.cli.common import add_bootstrap_flag, bootstrap, open_admin
+from strom.cli.common import add_bootstrap_flag, bootstrap, open_admin, request_timeout_ms
 from strom.cli.errors import EXIT_INTERRUPTED, CliError, UsageError
 from strom.cli.output import bytes_field
 from strom.cli.parsing import EARLIEST, LATEST, parse_offset
@@ -131,7 +131,7 @@ class StopRule:
             return 500
         t = time.monotonic() if now is None else now
         left = self.timeout_s - (t - self.last_record)
-        return max(0, min(500, int(left * 1000)))
+        return max(0, min(500, round(left * 1000)))
 
 
 # --- command ----------------------------------------------------------------------------------
@@ -152,6 +152,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         raise UsageError(f"--partition {args.partition} must be >= 0")
     start = start_position(args.from_beginning, args.offset, args.partition)
     servers = bootstrap(args)
+    timeout_ms = request_timeout_ms(args)
     from strom.client import Consumer, TopicPartition
 
     partitions = partitions_of(args, args.topic)
@@ -166,7 +167,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
     rule = StopRule(args.max_messages, args.timeout_ms)
     out = sys.stdout.buffer
-    consumer = Consumer(servers)
+    consumer = Consumer(servers, request_timeout_ms=timeout_ms)
     interrupted = False
     try:
         consumer.assign(tps)

@@ -379,5 +379,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _offset(value: Any) -> int:
-    return value if isinstance(value, int) else int(value.offset)
+def _offset(value: int) -> int:
+    return int(value)

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from strom import __version__
 from strom.cli import broker_cmd, cluster, consume, dev, offsets, produce, topic
 from strom.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, CliError
-from strom.protocol.errors import StromError
+from strom.protocol.errors import ErrorCode, StromError
 
 DEBUG_ENV = "STROM_DEBUG"
 
@@ -45,20 +45,29 @@ def build_parser() -> Parser:
     return parser
 
 
+#: Error codes that usually mean "no broker at the bootstrap address".
+UNREACHABLE = frozenset({
+    ErrorCode.NETWORK_EXCEPTION, ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT,
+})
+
+
+def unreachable_hint(args: argparse.Namespace) -> str:
+    from strom.cli.parsing import default_bootstrap
+
+    where = getattr(args, "bootstrap_server", None) or default_bootstrap()
+    return (
+        f"is a broker running at {where}? Start one with 'strom dev up', or pass "
+        "--bootstrap-server HOST:PORT"
+    )
+
+
 def describe_rpc_error(err: Any, args: argparse.Namespace) -> str:
     """One line for a gRPC error that reached the CLI without a Kafka error code."""
     code = err.code() if callable(getattr(err, "code", None)) else None
     name = getattr(code, "name", str(code))
     details = err.details() if callable(getattr(err, "details", None)) else str(err)
-    server = getattr(args, "bootstrap_server", None)
     if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-        from strom.cli.parsing import default_bootstrap
-
-        where = server or default_bootstrap()
-        return (
-            f"cannot reach a broker at {where} ({name}: {details}); start one with "
-            "'strom dev up' or pass --bootstrap-server HOST:PORT"
-        )
+        return f"{name}: {details}; {unreachable_hint(args)}"
     return f"{name}: {details}"
 
 
@@ -95,7 +104,10 @@ def classify(err: BaseException, args: argparse.Namespace | None) -> tuple[int, 
     if isinstance(err, CliError):
         return err.exit_code, err.message
     if isinstance(err, StromError):
-        return EXIT_ERROR, f"{err.code.name}: {err.message}"
+        message = f"{err.code.name}: {err.message}"
+        if err.code in UNREACHABLE and args is not None and hasattr(args, "bootstrap_server"):
+            message += "; " + unreachable_hint(args)
+        return EXIT_ERROR, message
     try:
         import grpc
     except ImportError:  # pragma: no cover - grpc is a dependency

@@ -13,7 +13,7 @@ from typing import Any
 from strom.cli.common import add_bootstrap_flag, open_admin
 from strom.cli.errors import CliError
 from strom.cli.output import add_output_flag, format_table, render
-from strom.cli.parsing import format_timestamp, parse_time
+from strom.cli.parsing import parse_time
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,29 +32,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_offsets)
 
 
-def offset_rows(topic: str, spec: int | str, results: dict[int, Any]) -> list[dict[str, Any]]:
-    """Plain rows from ``{partition: offset | object with .offset/.timestamp}``."""
-    rows = []
-    for partition in sorted(results):
-        value = results[partition]
-        offset = value if isinstance(value, int) else getattr(value, "offset", -1)
-        ts = None if isinstance(value, int) else getattr(value, "timestamp", None)
-        rows.append({
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
-            "timestamp": ts if ts is not None and ts >= 0 else None,
-        })
-    return rows
+def offset_rows(topic: str, results: dict[int, int]) -> list[dict[str, Any]]:
+    """Plain rows, by partition, from ``{partition: offset}``."""
+    return [{"topic": topic, "partition": p, "offset": results[p]} for p in sorted(results)]
 
 
-def offsets_table(spec: int | str, rows: list[dict[str, Any]]) -> str:
-    if isinstance(spec, int):
-        return format_table(
-            ("TOPIC", "PARTITION", "OFFSET", "TIMESTAMP"),
-            [[r["topic"], r["partition"], r["offset"], format_timestamp(r["timestamp"])]
-             for r in rows],
-        )
+def offsets_table(rows: list[dict[str, Any]]) -> str:
     return format_table(
         ("TOPIC", "PARTITION", "OFFSET"), [[r["topic"], r["partition"], r["offset"]] for r in rows]
     )
@@ -77,6 +60,6 @@ def cmd_offsets(args: argparse.Namespace) -> int:
             partitions = sorted(set(args.partition))
         tps = {TopicPartition(args.topic, p): spec for p in partitions}
         result = admin.list_offsets(tps)
-    rows = offset_rows(args.topic, spec, {tp.partition: v for tp, v in result.items()})
-    print(render(rows, args.output, offsets_table(spec, rows)))
+    rows = offset_rows(args.topic, {tp.partition: v for tp, v in result.items()})
+    print(render(rows, args.output, offsets_table(rows)))
     return 0

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterable
 from typing import BinaryIO
 
-from strom.cli.common import add_bootstrap_flag, bootstrap
+from strom.cli.common import add_bootstrap_flag, bootstrap, request_timeout_ms
 from strom.cli.errors import CliError, UsageError
 from strom.cli.parsing import parse_acks, parse_kv_list, split_key, strip_newline
 
@@ -97,11 +97,13 @@ def cmd_produce(args: argparse.Namespace) -> int:
     separator = args.key_separator.encode() if args.key_separator is not None else None
 
     servers = bootstrap(args)
+    timeout_ms = request_timeout_ms(args)
     from strom.client import Producer
 
     producer = Producer(
         servers, acks=acks, linger_ms=args.linger_ms, batch_size=args.batch_size,
-        compression_type=args.compression,
+        compression_type=args.compression, request_timeout_ms=timeout_ms,
+        max_block_ms=timeout_ms, delivery_timeout_ms=3 * timeout_ms + args.linger_ms,
     )
     tally = DeliveryTally()
     sent = 0

@@ -180,12 +180,10 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def _describe(args: argparse.Namespace, names: list[str]) -> list[dict[str, Any]]:
     with open_admin(args) as admin:
-        if names:
-            descs = admin.describe_topics(names)
-        else:
-            descs = admin.describe_topics(None)
+        include_internal = bool(getattr(args, "include_internal", False))
+        descs = admin.describe_topics(names or None, include_internal=include_internal)
     topics = [topic_to_dict(d) for d in descs]
-    if not getattr(args, "include_internal", False) and not names:
+    if not include_internal and not names:
         topics = [t for t in topics if not t["internal"]]
     return sorted(topics, key=lambda t: t["name"])
 

@@ -1,0 +1,168 @@
+"""Planning, recording and stopping a local cluster, without starting brokers."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from strom.cli import localcluster as lc
+from strom.cli.errors import CliError, UsageError
+
+
+def always_free(host: str, port: int) -> bool:
+    return True
+
+
+def test_plan_uses_the_default_ports_when_free(tmp_path: Path) -> None:
+    state = lc.plan_cluster(tmp_path / "d", 1, is_free=always_free)
+    (b,) = state.brokers
+    assert (b.broker_id, b.host, b.port, b.metrics_port) == (0, "127.0.0.1", 9092, 9404)
+    assert state.bootstrap == "127.0.0.1:9092"
+    assert Path(b.dir) == (tmp_path / "d" / "broker-0").resolve()
+    assert b.log_file.name == "broker.log" and b.pid_file.name == "broker.pid"
+
+
+def test_pick_ports_takes_random_free_ports_when_the_defaults_are_busy() -> None:
+    ports = lc.pick_ports(3, 9092, is_free=lambda h, p: p != 9093)
+    assert ports[0] == 9092 and ports[2] == 9094
+    assert ports[1] not in (9092, 9093, 9094)
+    assert len(set(ports)) == 3
+    assert 9092 not in lc.pick_ports(1, 9092, taken={9092}, is_free=always_free)
+
+
+def test_more_than_one_broker_is_a_clear_error_until_the_quorum_exists() -> None:
+    with pytest.raises(CliError, match=r"--brokers 3: multi-broker clusters need the controller "
+                       r"quorum, not built yet; use --brokers 1"):
+        lc.check_broker_count(3)
+    with pytest.raises(UsageError):
+        lc.check_broker_count(0)
+
+
+def test_planning_n_brokers_is_one_constant_away(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lc, "MAX_BROKERS", 3)
+    state = lc.plan_cluster(tmp_path, 3, is_free=always_free)
+    assert [b.port for b in state.brokers] == [9092, 9093, 9094]
+    assert [b.metrics_port for b in state.brokers] == [9404, 9405, 9406]
+    assert state.bootstrap == "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+    assert len({b.dir for b in state.brokers}) == 3
+
+
+def test_broker_command_sets_the_cluster_keys_over_user_overrides(tmp_path: Path) -> None:
+    (b,) = lc.plan_cluster(tmp_path, 1, is_free=always_free).brokers
+    argv = lc.broker_command(b, {"num.partitions": "3", "port": "1"})
+    assert argv[:3] == [sys.executable, "-m", "strom.broker"]
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    assert "num.partitions=3" in sets
+    assert "port=9092" in sets and "port=1" not in sets
+    assert f"log.dirs={b.data_dir}" in sets
+
+
+def test_state_round_trips_through_cluster_json(tmp_path: Path) -> None:
+    state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
+    state.brokers[0].pid = 1234
+    state.overrides = {"a": "b"}
+    lc.save_state(state)
+    raw = json.loads((tmp_path / "cluster.json").read_text())
+    assert raw["brokers"][0]["pid"] == 1234
+    loaded = lc.load_state(tmp_path)
+    assert loaded == state
+    assert lc.load_state(tmp_path / "nothing") is None
+
+
+def test_a_damaged_cluster_json_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "cluster.json").write_text("{not json")
+    with pytest.raises(CliError, match="not a valid cluster record"):
+        lc.load_state(tmp_path)
+
+
+def test_the_data_dir_lock_admits_one_command_at_a_time(tmp_path: Path) -> None:
+    # flock is per open file description: a second open in the same process conflicts too
+    with (lc.locked(tmp_path), pytest.raises(CliError, match="another strom dev command"),
+          lc.locked(tmp_path)):
+        pass
+    with lc.locked(tmp_path):
+        pass
+
+
+def fake_broker(ignore_term: bool) -> subprocess.Popen[bytes]:
+    """A process whose command line mentions strom.broker, optionally ignoring SIGTERM."""
+    code = "import signal, time\n"
+    if ignore_term:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    code += "print('up', flush=True)\ntime.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code, "strom.broker"], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"up\n"  # signal handlers are installed
+    return proc
+
+
+@pytest.mark.parametrize("ignore_term,outcome", [(False, "stopped"), (True, "killed")])
+def test_stop_sends_sigterm_then_sigkill(tmp_path: Path, ignore_term: bool, outcome: str) -> None:
+    proc = fake_broker(ignore_term)
+    try:
+        state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
+        state.brokers[0].pid = proc.pid
+        assert lc.is_our_broker(proc.pid)
+        lc._CHILDREN[proc.pid] = proc  # reaped like brokers this process spawned
+        started = time.monotonic()
+        (result,) = lc.stop_cluster(state, timeout=1.0)
+        assert result.outcome == outcome
+        assert time.monotonic() - started < 10
+        assert not lc.pid_alive(proc.pid)
+        expected = -signal.SIGKILL if ignore_term else -signal.SIGTERM
+        assert proc.wait(5) == expected
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_stop_never_signals_a_pid_that_is_not_a_broker(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
+        state.brokers[0].pid = proc.pid
+        assert not lc.is_our_broker(proc.pid)
+        (result,) = lc.stop_cluster(state, timeout=0.5)
+        assert result.outcome == "not running"
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_pid_alive() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert not lc.pid_alive(proc.pid) or not lc.is_our_broker(proc.pid)
+    assert not lc.pid_alive(None)
+    assert not lc.pid_alive(0)
+    import os
+
+    assert lc.pid_alive(os.getpid())
+
+
+def test_wait_ready_fails_fast_with_the_last_log_line_when_a_broker_dies(tmp_path: Path) -> None:
+    state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
+    b = state.brokers[0]
+    Path(b.dir).mkdir(parents=True)
+    b.log_file.write_text("starting\nConfigError: port=x is not an integer\n")
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    b.pid = proc.pid
+    with pytest.raises(CliError, match="exited during start-up: ConfigError: port=x"):
+        lc.wait_ready(state, timeout=5)
+
+
+def test_status_of_a_recorded_cluster_that_is_not_running(tmp_path: Path) -> None:
+    state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
+    lc.save_state(state)
+    (status,) = lc.cluster_status(state)
+    assert not status.alive and not status.ready
+    assert lc.running_state(tmp_path) is None

@@ -1,0 +1,210 @@
+"""Admin: topics, partitions, configs and the cluster description.
+
+Every call answers per resource (partial success is normal, as in Kafka's admin API); the work is
+done by :class:`~strom.broker.topics.TopicManager`, these handlers only translate.
+
+- CreateTopics: Kafka's name rules, partitions and replication factor (-1 = broker default),
+  Kafka-named configs, ``validate_only``; a name given twice in one request fails both entries
+  (INVALID_REQUEST), as Kafka does.
+- DeleteTopics: closes and deletes the logs; waiting fetches wake and see the topic gone.
+- DescribeTopics: partitions with leader, epoch, replicas, ISR, offsets, high watermark and size;
+  ``configs`` holds only the topic-level overrides.
+- CreatePartitions: grow only (INVALID_PARTITIONS otherwise); ``validate_only``.
+- DescribeConfigs: TOPIC (every topic config with its source) and BROKER (every static key;
+  the name must be this broker's id, or empty).
+- AlterConfigs: incremental set/delete of topic configs, validated whole before anything
+  changes, applied live to the logs and persisted; ``validate_only``. Broker configs are static
+  (INVALID_REQUEST: change the config file and restart).
+- DescribeCluster: cluster id, controller, brokers.
+
+Not supported: timeouts (everything completes before the response), caller-chosen replica
+assignments, dynamic broker configs, ACLs.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from strom.broker.config import KEYS, TOPIC_DEFAULT_KEYS
+from strom.broker.core import BrokerCore
+from strom.broker.metadata_rpc import broker_endpoints
+from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.v1 import admin_pb2
+from strom.storage.config import TOPIC_CONFIG_DEFS, topic_config_entries
+
+SOURCE_DEFAULT = "DEFAULT"
+SOURCE_STATIC_BROKER = "STATIC_BROKER_CONFIG"
+SOURCE_TOPIC = "DYNAMIC_TOPIC_CONFIG"
+
+
+def _fill(result: admin_pb2.TopicResult | admin_pb2.TopicDescription
+          | admin_pb2.ResourceConfigs | admin_pb2.AlterConfigsResult, err: StromError) -> None:
+    result.error_code = int(err.code)
+    result.error_message = err.message
+
+
+async def create_topics(core: BrokerCore, request: admin_pb2.CreateTopicsRequest
+                        ) -> admin_pb2.CreateTopicsResponse:
+    response = admin_pb2.CreateTopicsResponse()
+    counts = collections.Counter(t.name for t in request.topics)
+    for new in request.topics:
+        result = response.results.add(name=new.name)
+        try:
+            if counts[new.name] > 1:
+                raise StromError(ErrorCode.INVALID_REQUEST,
+                                 f"topic {new.name!r} appears {counts[new.name]} times in one "
+                                 f"request; name each topic once")
+            plan = core.topics.plan_topic(new.name, new.num_partitions,
+                                          new.replication_factor, dict(new.configs))
+            if not request.validate_only:
+                core.topics.create(plan)
+        except StromError as err:
+            _fill(result, err)
+    return response
+
+
+async def delete_topics(core: BrokerCore, request: admin_pb2.DeleteTopicsRequest
+                        ) -> admin_pb2.DeleteTopicsResponse:
+    response = admin_pb2.DeleteTopicsResponse()
+    for name in request.names:
+        result = response.results.add(name=name)
+        try:
+            core.topics.delete(name)
+            core.metrics.forget_topic(name)
+        except StromError as err:
+            _fill(result, err)
+    return response
+
+
+async def describe_topics(core: BrokerCore, request: admin_pb2.DescribeTopicsRequest
+                          ) -> admin_pb2.DescribeTopicsResponse:
+    response = admin_pb2.DescribeTopicsResponse()
+    if request.names:
+        names = list(request.names)
+    else:
+        names = sorted(n for n, t in core.metadata.topics().items()
+                       if request.include_internal or not t.internal)
+    for name in names:
+        desc = response.topics.add(name=name)
+        try:
+            record = core.topics.topic(name)
+        except StromError as err:
+            _fill(desc, err)
+            continue
+        desc.topic_id = record.topic_id
+        desc.internal = record.internal
+        desc.configs.update(record.configs)
+        for partition in range(record.partitions):
+            out = desc.partitions.add(partition=partition, leader=-1, leader_epoch=-1)
+            state = core.metadata.partition_state(name, partition)
+            if state is not None:
+                out.leader = state.leader
+                out.leader_epoch = state.leader_epoch
+                out.replicas.extend(state.replicas)
+                out.isr.extend(state.isr)
+            plog = core.replicas.get(name, partition)
+            if plog is not None:
+                out.log_start_offset = plog.log_start_offset
+                out.log_end_offset = plog.log_end_offset
+                out.high_watermark = plog.high_watermark
+                out.size_bytes = plog.size_bytes
+    return response
+
+
+async def create_partitions(core: BrokerCore, request: admin_pb2.CreatePartitionsRequest
+                            ) -> admin_pb2.CreatePartitionsResponse:
+    response = admin_pb2.CreatePartitionsResponse()
+    response.result.name = request.topic
+    try:
+        if request.validate_only:
+            core.topics.check_partitions(request.topic, request.new_total_count)
+        else:
+            core.topics.grow(request.topic, request.new_total_count)
+    except StromError as err:
+        _fill(response.result, err)
+    return response
+
+
+async def describe_configs(core: BrokerCore, request: admin_pb2.DescribeConfigsRequest
+                           ) -> admin_pb2.DescribeConfigsResponse:
+    response = admin_pb2.DescribeConfigsResponse()
+    for resource in request.resources:
+        result = response.results.add()
+        result.resource.CopyFrom(resource)
+        try:
+            if resource.type == admin_pb2.TOPIC:
+                _topic_configs(core, resource.name, result)
+            elif resource.type == admin_pb2.BROKER:
+                _broker_configs(core, resource.name, result)
+            else:
+                raise StromError(ErrorCode.INVALID_REQUEST,
+                                 f"resource type {resource.type} is not supported; use TOPIC "
+                                 f"or BROKER")
+        except StromError as err:
+            del result.entries[:]
+            _fill(result, err)
+    return response
+
+
+def _topic_configs(core: BrokerCore, name: str, result: admin_pb2.ResourceConfigs) -> None:
+    record = core.topics.topic(name)
+    config = core.topics.log_config(name)
+    broker_set = {TOPIC_DEFAULT_KEYS[k] for k in core.config.explicit if k in TOPIC_DEFAULT_KEYS}
+    for key, value, is_default in topic_config_entries(config, record.configs):
+        if not is_default:
+            source = SOURCE_TOPIC
+        elif key in broker_set:
+            source = SOURCE_STATIC_BROKER
+        else:
+            source = SOURCE_DEFAULT
+        result.entries.add(name=key, value=value, source=source, is_default=is_default,
+                           read_only=False, documentation=TOPIC_CONFIG_DEFS[key].doc)
+
+
+def _check_broker(core: BrokerCore, name: str) -> None:
+    if name not in ("", str(core.config.broker_id)):
+        raise StromError(ErrorCode.INVALID_REQUEST,
+                         f"broker {name!r} is not this broker (id {core.config.broker_id}); ask "
+                         f"that broker, or use {str(core.config.broker_id)!r}")
+
+
+def _broker_configs(core: BrokerCore, name: str, result: admin_pb2.ResourceConfigs) -> None:
+    _check_broker(core, name)
+    for key, value, is_default in core.config.describe():
+        result.entries.add(name=key, value=value, is_default=is_default, read_only=True,
+                           source=SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER,
+                           documentation=KEYS[key].doc)
+
+
+async def alter_configs(core: BrokerCore, request: admin_pb2.AlterConfigsRequest
+                        ) -> admin_pb2.AlterConfigsResponse:
+    response = admin_pb2.AlterConfigsResponse()
+    for resource in request.resources:
+        result = response.results.add()
+        result.resource.CopyFrom(resource.resource)
+        try:
+            if resource.resource.type == admin_pb2.BROKER:
+                _check_broker(core, resource.resource.name)
+                raise StromError(ErrorCode.INVALID_REQUEST,
+                                 "broker configs are static; change the broker's config file "
+                                 "(or STROM_* environment) and restart it")
+            if resource.resource.type != admin_pb2.TOPIC:
+                raise StromError(ErrorCode.INVALID_REQUEST,
+                                 f"resource type {resource.resource.type} is not supported; "
+                                 f"use TOPIC")
+            name = resource.resource.name
+            if request.validate_only:
+                core.topics.plan_configs(name, dict(resource.set), list(resource.delete))
+            else:
+                core.topics.alter_configs(name, dict(resource.set), list(resource.delete))
+        except StromError as err:
+            _fill(result, err)
+    return response
+
+
+async def describe_cluster(core: BrokerCore, request: admin_pb2.DescribeClusterRequest
+                           ) -> admin_pb2.DescribeClusterResponse:
+    response = admin_pb2.DescribeClusterResponse(cluster_id=core.metadata.cluster_id,
+                                                 controller_id=core.metadata.controller_id)
+    response.brokers.extend(broker_endpoints(core))
+    return response

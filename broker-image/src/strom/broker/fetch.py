@@ -1,0 +1,148 @@
+"""Fetch: read whole record batches from partition leaders, with long-polling.
+
+Supports Kafka's fetch semantics for consumers: ``min_bytes`` / ``max_wait_ms`` long-poll (the
+response is sent as soon as the accumulated bytes reach ``min_bytes``, or any partition has an
+error, or waiting cannot return more data, or ``max_wait_ms`` passes; appends wake waiting
+fetches through per-partition events), ``partition_max_bytes`` per partition and ``max_bytes``
+per response with KIP-74's rule (the first partition with data returns at least one whole batch
+even if it is larger; later partitions only return whole batches that fit). Only offsets below
+the high watermark are served. The first batch may start before ``fetch_offset``; consumers skip
+the records before it, as in Kafka.
+
+Sizes: 0 means "the default" (``max_bytes`` -> fetch.max.bytes, which also caps larger values;
+``partition_max_bytes`` -> 1 MiB); negative sizes are INVALID_FETCH_SIZE (whole request for
+``min_bytes``/``max_bytes``, per partition for ``partition_max_bytes``). Offsets outside
+[log start offset, high watermark], negative ones included, are OFFSET_OUT_OF_RANGE with the valid
+range in the message. ``current_leader_epoch`` >= 0 is checked (FENCED_/UNKNOWN_LEADER_EPOCH).
+
+Not supported yet: follower fetches (``replica_id`` >= 0 is served like a consumer until
+replication lands), fetch sessions (KIP-227), read_committed filtering (isolation level 1 is
+accepted and equals read_uncommitted: there are no transactions), preferred read replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from strom.broker.core import BrokerCore
+from strom.broker.requests import require_topic_names
+from strom.protocol.batch import iter_headers
+from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.v1 import broker_pb2
+
+DEFAULT_PARTITION_MAX_BYTES = 1_048_576
+
+
+async def handle(core: BrokerCore, request: broker_pb2.FetchRequest) -> broker_pb2.FetchResponse:
+    _validate(request)
+    max_bytes = min(request.max_bytes or core.config.fetch_max_bytes, core.config.fetch_max_bytes)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait_ms / 1000.0
+    tps = [(p.topic, p.partition) for p in request.partitions]
+    waiters = core.replicas.waiters
+    while True:
+        response, total, done = read_once(core, request, max_bytes)
+        remaining = deadline - loop.time()
+        if done or total >= request.min_bytes or remaining <= 0 or waiters.closed:
+            break
+        event = waiters.register(tps)
+        try:
+            await asyncio.wait_for(event.wait(), remaining)
+        except TimeoutError:
+            pass
+        finally:
+            waiters.unregister(tps, event)
+    _count_out(core, response)
+    return response
+
+
+def _validate(request: broker_pb2.FetchRequest) -> None:
+    if request.max_wait_ms < 0:
+        raise StromError(ErrorCode.INVALID_REQUEST,
+                         f"max_wait_ms={request.max_wait_ms} is negative; use 0 or more")
+    if request.min_bytes < 0:
+        raise StromError(ErrorCode.INVALID_FETCH_SIZE,
+                         f"min_bytes={request.min_bytes} is negative; use 0 or more")
+    if request.max_bytes < 0:
+        raise StromError(ErrorCode.INVALID_FETCH_SIZE,
+                         f"max_bytes={request.max_bytes} is negative; use a size in bytes, or 0 "
+                         f"for the broker's fetch.max.bytes")
+    if request.isolation_level not in (0, 1):
+        raise StromError(ErrorCode.INVALID_REQUEST,
+                         f"isolation_level={request.isolation_level} is invalid; use 0 "
+                         f"(read_uncommitted) or 1 (read_committed)")
+    require_topic_names(p.topic for p in request.partitions)
+
+
+def read_once(core: BrokerCore, request: broker_pb2.FetchRequest, max_bytes: int
+              ) -> tuple[broker_pb2.FetchResponse, int, bool]:
+    """One pass over the partitions: (response, bytes of records, respond-now?).
+
+    Respond now when a partition has an error, or when some partition returned less than the
+    data it has below the high watermark (the read stopped at a size limit or a segment end):
+    waiting for appends would not make this response any bigger.
+    """
+    response = broker_pb2.FetchResponse()
+    remaining = max_bytes
+    total = 0
+    done = False
+    for p in request.partitions:
+        out = response.partitions.add(topic=p.topic, partition=p.partition, high_watermark=-1,
+                                      log_start_offset=-1)
+        try:
+            if p.partition_max_bytes < 0:
+                raise StromError(ErrorCode.INVALID_FETCH_SIZE,
+                                 f"partition_max_bytes={p.partition_max_bytes} for "
+                                 f"{p.topic}-{p.partition} is negative; use a size in bytes, "
+                                 f"or 0 for the default ({DEFAULT_PARTITION_MAX_BYTES})")
+            limit = min(p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES, remaining)
+            result = core.replicas.read(p.topic, p.partition, p.fetch_offset, max(limit, 1),
+                                        p.current_leader_epoch)
+        except StromError as err:
+            out.error_code = int(err.code)
+            out.error_message = err.message
+            core.metrics.partition_errors.labels("Fetch", err.code.name).inc()
+            done = True
+            continue
+        out.high_watermark = result.high_watermark
+        out.log_start_offset = result.log_start_offset
+        records = result.records
+        if not records:
+            continue
+        if total > 0 and len(records) > limit:
+            records = whole_batches_within(records, limit)
+        if not records:
+            done = True  # data exists but does not fit this response
+            continue
+        out.records = records
+        total += len(records)
+        remaining -= len(records)
+        if next_offset(records) < result.high_watermark:
+            done = True
+    return response, total, done
+
+
+def whole_batches_within(records: bytes, limit: int) -> bytes:
+    """The longest prefix of whole batches that fits in ``limit`` bytes (maybe empty)."""
+    end = 0
+    for h in iter_headers(records):
+        if h.position + h.size > limit:
+            break
+        end = h.position + h.size
+    return records[:end]
+
+
+def next_offset(records: bytes) -> int:
+    last = -1
+    for h in iter_headers(records):
+        last = h.next_offset
+    return last
+
+
+def _count_out(core: BrokerCore, response: broker_pb2.FetchResponse) -> None:
+    metrics = core.metrics
+    for p in response.partitions:
+        if p.records:
+            metrics.bytes_out.labels(p.topic).inc(len(p.records))
+            metrics.messages_out.labels(p.topic).inc(
+                sum(h.records_count for h in iter_headers(p.records)))

@@ -1,0 +1,68 @@
+"""Metadata: brokers, topics and partition leadership, for clients to route requests.
+
+Answers from the :class:`~strom.broker.metadata.MetadataStore`: every live broker with its
+advertised endpoint and rack, and for each requested topic (all when the list is empty; internal
+``__`` topics only with ``include_internal``) its id and partitions with leader, leader epoch,
+replicas and ISR. Unknown topics are answered with UNKNOWN_TOPIC_OR_PARTITION per topic (or
+created first when auto.create.topics.enable is set, as Kafka does); invalid names with
+INVALID_TOPIC_EXCEPTION per topic.
+
+Not supported: topic ids in requests, authorized operations, offline replica reporting (there are
+no offline replicas with one broker).
+"""
+
+from __future__ import annotations
+
+from strom.broker.core import BrokerCore
+from strom.broker.metadata import TopicRecord
+from strom.broker.topics import validate_topic_name
+from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.v1 import broker_pb2, common_pb2
+
+
+async def handle(core: BrokerCore, request: broker_pb2.MetadataRequest
+                 ) -> broker_pb2.MetadataResponse:
+    metadata = core.metadata
+    response = broker_pb2.MetadataResponse(cluster_id=metadata.cluster_id,
+                                           controller_id=metadata.controller_id)
+    response.brokers.extend(broker_endpoints(core))
+    if request.topics:
+        for name in request.topics:
+            try:
+                validate_topic_name(name)
+                record = metadata.topic(name) or core.topics.auto_create(name)
+                if record is None:
+                    raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                     f"topic {name!r} does not exist")
+            except StromError as err:
+                response.topics.add(name=name, error_code=int(err.code),
+                                    error_message=err.message)
+                continue
+            _add_topic(core, response, record)
+    else:
+        for record in sorted(metadata.topics().values(), key=lambda t: t.name):
+            if record.internal and not request.include_internal:
+                continue
+            _add_topic(core, response, record)
+    return response
+
+
+def broker_endpoints(core: BrokerCore) -> list[common_pb2.BrokerEndpoint]:
+    return [common_pb2.BrokerEndpoint(broker_id=b.broker_id, host=b.host, port=b.port,
+                                      rack=b.rack)
+            for b in core.metadata.live_brokers()]
+
+
+def _add_topic(core: BrokerCore, response: broker_pb2.MetadataResponse,
+               record: TopicRecord) -> None:
+    topic = response.topics.add(name=record.name, internal=record.internal,
+                                topic_id=record.topic_id)
+    for partition in range(record.partitions):
+        state = core.metadata.partition_state(record.name, partition)
+        if state is None:
+            topic.partitions.add(partition=partition, leader=-1, leader_epoch=-1,
+                                 error_code=int(ErrorCode.LEADER_NOT_AVAILABLE))
+            continue
+        topic.partitions.add(partition=partition, leader=state.leader,
+                             leader_epoch=state.leader_epoch, replicas=state.replicas,
+                             isr=state.isr)

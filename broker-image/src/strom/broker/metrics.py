@@ -1,0 +1,129 @@
+"""Prometheus metrics of one broker, in its own registry (several brokers may share a process).
+
+Counters and the request histogram are updated on the request path (one labelled increment per
+partition). Everything that describes the logs (size, start and end offsets, partition count) is
+read from the :class:`~strom.storage.log.PartitionLog` objects at scrape time by a custom
+collector, so it costs nothing per request. Scrapes run on the broker's event loop (see
+``http.py``), the same thread that owns the logs, so no locking is needed.
+
+``strom_broker_active_connections`` counts distinct client peers (gRPC reports one ``ip:port``
+per HTTP/2 connection) that made a call during the last 60 seconds; a gRPC server exposes no
+connection events, so this is "peers seen recently", not open sockets. In-flight calls are a
+separate gauge, ``strom_broker_inflight_requests``.
+
+Names follow Kafka's ``BrokerTopicMetrics`` (bytes/messages in and out per topic); messages out
+are counted from the batch headers' record counts, without decoding records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from strom.storage.log import PartitionLog
+
+PEER_WINDOW_S = 60.0
+_MAX_PEERS = 10_000
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 5.0, 10.0, 30.0)
+
+
+class BrokerMetrics:
+    def __init__(self, broker_id: int, cluster_id: str = "", version: str = "") -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.bytes_in = Counter("strom_broker_bytes_in", "Bytes of record batches appended by "
+                                "producers.", ["topic"], registry=r)
+        self.bytes_out = Counter("strom_broker_bytes_out", "Bytes of record batches returned "
+                                 "by fetches.", ["topic"], registry=r)
+        self.messages_in = Counter("strom_broker_messages_in", "Records appended by producers.",
+                                   ["topic"], registry=r)
+        self.messages_out = Counter("strom_broker_messages_out", "Records returned by fetches "
+                                    "(from batch headers).", ["topic"], registry=r)
+        self.requests = Counter("strom_broker_requests", "Requests handled, by API and result "
+                                "(ok or the Kafka error name of a failed call).",
+                                ["api", "result"], registry=r)
+        self.partition_errors = Counter("strom_broker_partition_errors", "Per-partition errors "
+                                        "inside otherwise successful responses.",
+                                        ["api", "error"], registry=r)
+        self.request_duration = Histogram("strom_broker_request_duration_seconds", "Time to "
+                                          "handle a request, including long-poll waits.",
+                                          ["api"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.inflight = Gauge("strom_broker_inflight_requests", "Calls being handled now.",
+                              registry=r)
+        self.up = Gauge("strom_broker_up", "1 while the broker serves requests.", registry=r)
+        self.info = Info("strom_broker", "Static facts about this broker.", registry=r)
+        self.info.info({"broker_id": str(broker_id), "cluster_id": cluster_id,
+                        "version": version})
+        self._peers: dict[str, float] = {}
+        self._logs: Callable[[], Iterable[PartitionLog]] = tuple
+        r.register(_LogCollector(self))
+
+    def watch_logs(self, source: Callable[[], Iterable[PartitionLog]]) -> None:
+        """Read log gauges from ``source()`` at scrape time."""
+        self._logs = source
+
+    def peer_seen(self, peer: str) -> None:
+        self._peers[peer] = time.monotonic()
+        if len(self._peers) > _MAX_PEERS:
+            self._prune_peers()
+
+    def active_peers(self) -> int:
+        self._prune_peers()
+        return len(self._peers)
+
+    def forget_topic(self, topic: str) -> None:
+        for counter in (self.bytes_in, self.bytes_out, self.messages_in, self.messages_out):
+            with contextlib.suppress(KeyError):
+                counter.remove(topic)
+
+    def _prune_peers(self) -> None:
+        horizon = time.monotonic() - PEER_WINDOW_S
+        for peer in [p for p, seen in self._peers.items() if seen < horizon]:
+            del self._peers[peer]
+
+    def logs(self) -> Iterable[PartitionLog]:
+        return self._logs()
+
+
+class _LogCollector(Collector):
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("strom_log_size_bytes", "Bytes on disk of a partition's log.",
+                                 labels=labels)
+        end = GaugeMetricFamily("strom_log_end_offset", "Next offset to be written.",
+                                labels=labels)
+        start = GaugeMetricFamily("strom_log_start_offset", "First offset still stored.",
+                                  labels=labels)
+        hw = GaugeMetricFamily("strom_log_high_watermark", "Offset below which consumers "
+                               "may read.", labels=labels)
+        count = 0
+        for plog in self._metrics.logs():
+            key = [plog.topic, str(plog.partition)]
+            size.add_metric(key, plog.size_bytes)
+            end.add_metric(key, plog.log_end_offset)
+            start.add_metric(key, plog.log_start_offset)
+            hw.add_metric(key, plog.high_watermark)
+            count += 1
+        yield size
+        yield end
+        yield start
+        yield hw
+        yield GaugeMetricFamily("strom_broker_partitions", "Partition replicas on this broker.",
+                                value=count)
+        yield GaugeMetricFamily("strom_broker_active_connections", "Distinct client peers "
+                                f"seen in the last {int(PEER_WINDOW_S)} seconds.",
+                                value=self._metrics.active_peers())

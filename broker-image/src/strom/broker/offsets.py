@@ -1,0 +1,62 @@
+"""ListOffsets: find offsets by position or by time in partition leaders.
+
+Supports Kafka's special timestamps: -1 latest (the high watermark, what a consumer can read up
+to), -2 earliest (the log start offset), -3 the record with the largest timestamp (KIP-734), and
+any timestamp >= 0: the first offset whose record timestamp is >= it, or offset -1 when there is
+none (as Kafka answers). Errors are per partition (UNKNOWN_TOPIC_OR_PARTITION, or INVALID_REQUEST
+for another negative timestamp).
+
+Not supported: -4 / -5 (earliest-local / latest-tiered: there is no tiered storage), isolation
+levels (no transactions, so the last stable offset equals the high watermark), the
+current_leader_epoch check (the request has no such field yet).
+"""
+
+from __future__ import annotations
+
+from strom.broker.core import BrokerCore
+from strom.broker.requests import require_topic_names
+from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.v1 import broker_pb2
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+async def handle(core: BrokerCore, request: broker_pb2.ListOffsetsRequest
+                 ) -> broker_pb2.ListOffsetsResponse:
+    require_topic_names(p.topic for p in request.partitions)
+    response = broker_pb2.ListOffsetsResponse()
+    for p in request.partitions:
+        out = response.partitions.add(topic=p.topic, partition=p.partition, offset=-1,
+                                      timestamp=-1)
+        try:
+            out.offset, out.timestamp = lookup(core, p.topic, p.partition, p.timestamp)
+        except StromError as err:
+            out.error_code = int(err.code)
+            out.error_message = err.message
+            core.metrics.partition_errors.labels("ListOffsets", err.code.name).inc()
+    return response
+
+
+def lookup(core: BrokerCore, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) for one partition; -1 fields where Kafka answers -1."""
+    plog, _ = core.replicas.leader_log(topic, partition)
+    if timestamp == LATEST:
+        return plog.high_watermark, -1
+    if timestamp == EARLIEST:
+        return plog.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = plog.max_timestamp_and_offset()
+        if found is None:
+            return -1, -1
+        ts, offset = found
+        return offset, ts
+    if timestamp < 0:
+        raise StromError(ErrorCode.INVALID_REQUEST,
+                         f"timestamp={timestamp} for {topic}-{partition} is invalid; use -1 "
+                         f"(latest), -2 (earliest), -3 (max timestamp) or a time in ms >= 0")
+    by_time = plog.offset_for_timestamp(timestamp)
+    if by_time is None or by_time[0] >= plog.high_watermark:
+        return -1, -1
+    return by_time

@@ -1,0 +1,120 @@
+"""The gRPC servicers: route each RPC to its handler module, and own the cross-cutting parts.
+
+Every call goes through :func:`call`, which counts it (requests, in-flight, duration, peers),
+turns a :class:`~strom.protocol.errors.StromError` raised by a handler into a failed call with the
+Kafka code in the gRPC status details, and turns any other exception into UNKNOWN_SERVER_ERROR
+with a message (and a logged traceback) so that no Python traceback reaches a client as a bare
+error. Handlers are ``async def handle(core, request) -> response`` and never see the context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from strom.broker import admin, fetch, metadata_rpc, offsets, produce
+from strom.broker.core import BrokerCore
+from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.status import to_grpc_status
+from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+async def call(core: BrokerCore, api: str, handler: Callable[[BrokerCore, Req], Awaitable[Resp]],
+               request: Req, context: Context) -> Resp:
+    metrics = core.metrics
+    metrics.peer_seen(context.peer())
+    metrics.inflight.inc()
+    started = time.perf_counter()
+    result = "ok"
+    try:
+        return await handler(core, request)
+    except StromError as err:
+        result = err.code.name
+        log.debug("%s failed: %s", api, err)
+        await _abort(context, err)
+    except asyncio.CancelledError:
+        result = "cancelled"
+        raise
+    except Exception as exc:
+        result = ErrorCode.UNKNOWN_SERVER_ERROR.name
+        log.exception("%s failed with an unexpected error", api)
+        await _abort(context, StromError(
+            ErrorCode.UNKNOWN_SERVER_ERROR,
+            f"{api} failed inside the broker: {type(exc).__name__}: {exc}; see the broker log"))
+    finally:
+        metrics.inflight.dec()
+        metrics.requests.labels(api, result).inc()
+        metrics.request_duration.labels(api).observe(time.perf_counter() - started)
+
+
+async def _abort(context: Context, err: StromError) -> NoReturn:
+    status = to_grpc_status(err)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+class BrokerService(broker_pb2_grpc.BrokerServicer):
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+
+    async def Produce(self, request: broker_pb2.ProduceRequest, context: Context
+                      ) -> broker_pb2.ProduceResponse:
+        return await call(self.core, "Produce", produce.handle, request, context)
+
+    async def Fetch(self, request: broker_pb2.FetchRequest, context: Context
+                    ) -> broker_pb2.FetchResponse:
+        return await call(self.core, "Fetch", fetch.handle, request, context)
+
+    async def ListOffsets(self, request: broker_pb2.ListOffsetsRequest, context: Context
+                          ) -> broker_pb2.ListOffsetsResponse:
+        return await call(self.core, "ListOffsets", offsets.handle, request, context)
+
+    async def Metadata(self, request: broker_pb2.MetadataRequest, context: Context
+                       ) -> broker_pb2.MetadataResponse:
+        return await call(self.core, "Metadata", metadata_rpc.handle, request, context)
+
+
+class AdminService(admin_pb2_grpc.AdminServicer):
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+
+    async def CreateTopics(self, request: admin_pb2.CreateTopicsRequest, context: Context
+                           ) -> admin_pb2.CreateTopicsResponse:
+        return await call(self.core, "CreateTopics", admin.create_topics, request, context)
+
+    async def DeleteTopics(self, request: admin_pb2.DeleteTopicsRequest, context: Context
+                           ) -> admin_pb2.DeleteTopicsResponse:
+        return await call(self.core, "DeleteTopics", admin.delete_topics, request, context)
+
+    async def DescribeTopics(self, request: admin_pb2.DescribeTopicsRequest, context: Context
+                             ) -> admin_pb2.DescribeTopicsResponse:
+        return await call(self.core, "DescribeTopics", admin.describe_topics, request, context)
+
+    async def CreatePartitions(self, request: admin_pb2.CreatePartitionsRequest,
+                               context: Context) -> admin_pb2.CreatePartitionsResponse:
+        return await call(self.core, "CreatePartitions", admin.create_partitions, request,
+                          context)
+
+    async def DescribeConfigs(self, request: admin_pb2.DescribeConfigsRequest, context: Context
+                              ) -> admin_pb2.DescribeConfigsResponse:
+        return await call(self.core, "DescribeConfigs", admin.describe_configs, request,
+                          context)
+
+    async def AlterConfigs(self, request: admin_pb2.AlterConfigsRequest, context: Context
+                           ) -> admin_pb2.AlterConfigsResponse:
+        return await call(self.core, "AlterConfigs", admin.alter_configs, request, context)
+
+    async def DescribeCluster(self, request: admin_pb2.DescribeClusterRequest, context: Context
+                              ) -> admin_pb2.DescribeClusterResponse:
+        return await call(self.core, "DescribeCluster", admin.describe_cluster, request,
+                          context)

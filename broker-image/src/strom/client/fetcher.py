@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,14 +133,12 @@ class ConsumerCore:
             if c.records is None:
                 if self.check_crcs:
                     _check_crcs(c)
-                c.records = list(decode_batches(c.data, c.tp.topic, c.tp.partition,
-                                                c.fetch_offset))
-                c.data = b""
+                c.records = decode_batches(c.data, c.tp.topic, c.tp.partition, c.fetch_offset)
             want = max_records - len(out)
-            chunk = c.records[c.index : c.index + want] if (c.index or want < len(c.records)) \
-                else c.records
-            c.index += len(chunk)
-            exhausted = c.index >= len(c.records)
+            # decode only what this poll returns: big prefetched answers never become one huge
+            # list of Records (which would also make the cyclic GC scan them repeatedly)
+            chunk = list(itertools.islice(c.records, want))
+            exhausted = len(chunk) < want
             with subs.lock:
                 if not subs.advance(c, chunk[-1] if chunk else None, exhausted):
                     continue
@@ -147,7 +146,7 @@ class ConsumerCore:
             if out:
                 out.extend(chunk)
             else:
-                out = chunk if chunk is not c.records else list(chunk)
+                out = chunk
         return out, freed
 
     # --- the fetcher (on the loop) -------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
@@ -34,8 +35,7 @@ class CompletedFetch:
     data: bytes
     fetch_offset: int   # records below this are dropped (the first batch may start earlier)
     next_offset: int    # the offset after the last whole batch
-    records: list[Record] | None = None
-    index: int = 0
+    records: Iterator[Record] | None = None  # the decoder, started by the first poll()
 
 
 @dataclass(slots=True)

@@ -105,8 +105,6 @@ class Producer:
                 except BufferFull:
                     pass
                 else:
-                    future = RecordFuture(batch, index, ts, ks, vs)
-                    batch.futures.append(future)
                     if on_delivery is not None:
                         batch.add_callback(index, ts, ks, vs, on_delivery)
                     break
@@ -116,7 +114,7 @@ class Producer:
             core.acc.release(self._settings.batch_size)
         if wake:
             self._thread.call_soon(core.wake)
-        return future
+        return RecordFuture(batch, index, ts, ks, vs)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait until it is acknowledged (or failed)."""

@@ -23,27 +23,76 @@ DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
 
 
 class RecordFuture(Future[RecordMetadata]):
-    """The future ``Producer.send`` returns: resolved when the record's batch is acknowledged."""
+    """The future ``Producer.send`` returns: resolved when the record's batch is acknowledged.
 
-    # Class-level defaults save three instance writes per record; completion shadows them.
-    _state = PENDING
-    _result: Any = None
-    _exception: BaseException | None = None
+    Its state is read from the batch (``_state``/``_exception``/``_condition`` are properties), so
+    the batch keeps no list of its records' futures: a future the caller drops is freed at once,
+    and completing a batch costs one lock and one notify however many records it holds. Only
+    futures that get waiters (``concurrent.futures.wait``) or done-callbacks register with the
+    batch, under its condition.
+    """
+
+    _result = None  # never read: result() builds the RecordMetadata from the batch
 
     def __init__(self, batch: ProducerBatch, index: int, timestamp: int, key_size: int,
                  value_size: int) -> None:  # deliberately not calling Future.__init__ (see module)
-        self._condition = batch.condition
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Callable[[Future[RecordMetadata]], object]] = []
         self._meta = (batch, index, timestamp, key_size, value_size)
 
+    # The attributes Future's own methods (and wait()/as_completed()) use, derived from the batch.
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        return self._meta[0].condition
+
+    @property
+    def _state(self) -> str:  # type: ignore[override]
+        return FINISHED if self._meta[0].done else PENDING
+
+    @property
+    def _exception(self) -> BaseException | None:  # type: ignore[override]
+        return self._meta[0].error
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        return self._watch()[0]
+
+    @property
+    def _done_callbacks(self) -> list[Callable[[Future[RecordMetadata]], object]]:
+        return self._watch()[1]
+
+    def _watch(self) -> tuple[list[Any], list[Callable[[Future[RecordMetadata]], object]]]:
+        w: tuple[list[Any], list[Callable[[Future[RecordMetadata]], object]]] | None = \
+            self.__dict__.get("_w")
+        if w is None:
+            batch = self._meta[0]
+            with batch.condition:
+                w = self.__dict__["_w"] = ([], [])
+                if batch.watched is None:
+                    batch.watched = []
+                batch.watched.append(self)
+        return w
+
+    def add_done_callback(self, fn: Callable[[Future[RecordMetadata]], object]) -> None:
+        batch = self._meta[0]
+        with batch.condition:
+            if not batch.done:
+                self._done_callbacks.append(fn)
+                return
+        _safe(fn, self)
+
     def result(self, timeout: float | None = None) -> RecordMetadata:
-        super().result(timeout)  # waits, raises the batch's exception
+        super().result(timeout)  # waits on the batch's condition; raises the batch's error
         batch, index, timestamp, key_size, value_size = self._meta
         return batch.record_metadata(index, timestamp, key_size, value_size)
 
     def cancel(self) -> bool:
         return False  # once handed to the producer a record cannot be taken back (as in Kafka)
+
+    def running(self) -> bool:
+        return not self._meta[0].done
+
+    def __repr__(self) -> str:
+        batch = self._meta[0]
+        return f"<RecordFuture {batch.tp} #{self._meta[1]} {'done' if batch.done else 'pending'}>"
 
 
 class ProducerBatch:
@@ -51,8 +100,8 @@ class ProducerBatch:
 
     __slots__ = (
         "acks_zero", "async_futures", "attempts", "base_offset", "builder", "callbacks",
-        "condition", "created_ms", "data", "done", "error", "full", "futures",
-        "log_append_time", "reserved", "retry_at_ms", "tp",
+        "condition", "created_ms", "data", "done", "error", "full", "log_append_time",
+        "reserved", "retry_at_ms", "tp", "watched",
     )
 
     def __init__(self, tp: TopicPartition, builder: BatchBuilder, created_ms: float,
@@ -61,8 +110,8 @@ class ProducerBatch:
         self.builder = builder
         self.created_ms = created_ms
         self.reserved = reserved  # bytes of buffer_memory held until completion
-        self.condition = threading.Condition(threading.Lock())
-        self.futures: list[RecordFuture] = []  # the sync producer's, one per record
+        self.condition = threading.Condition()  # reentrant: wait() locks futures one by one
+        self.watched: list[RecordFuture] | None = None  # futures with waiters or callbacks
         # the async producer's: (index, timestamp, key_size, value_size, asyncio.Future)
         self.async_futures: list[tuple[int, int, int, int, Any]] | None = None
         self.callbacks: list[tuple[int, int, int, int, DeliveryCallback]] | None = None
@@ -107,23 +156,19 @@ class ProducerBatch:
         self.base_offset = base_offset
         self.log_append_time = log_append_time
         self.error = error
-        self.done = True
-        sync_futures = self.futures
         with self.condition:
-            for f in sync_futures:
-                f._state = FINISHED
-                if error is not None:
-                    f._exception = error
+            self.done = True
+            watched = self.watched
             self.condition.notify_all()
-        for f in sync_futures:
-            if f._waiters:
-                for waiter in f._waiters:
+        if watched:
+            for f in watched:
+                waiters, callbacks = f._watch()
+                for waiter in waiters:
                     if error is None:
                         waiter.add_result(f)
                     else:
                         waiter.add_exception(f)
-            if f._done_callbacks:
-                for cb in f._done_callbacks:
+                for cb in callbacks:
                     _safe(cb, f)
         if self.async_futures:
             self._complete_async(self.async_futures, error)

@@ -1,0 +1,315 @@
+"""Real broker processes for tests of every package (broker, client, CLI, operator, Spark).
+
+A :class:`BrokerProcess` runs ``python -m strom.broker`` as a child process on 127.0.0.1 with free
+ports and a data directory of the test's choosing, waits until ``/readyz`` says it serves (bounded
+time; on failure the error includes the tail of the child's stderr, which is captured to
+``<data dir>/broker-<id>.stderr.log``), and offers the real faults: :meth:`~BrokerProcess.kill`
+(SIGKILL), :meth:`~BrokerProcess.terminate` (SIGTERM, graceful), :meth:`~BrokerProcess.pause` /
+:meth:`~BrokerProcess.resume` (SIGSTOP / SIGCONT: a paused broker looks partitioned) and
+:meth:`~BrokerProcess.restart` (same ports, same data). The process is always stopped: by
+``__exit__``, by :meth:`~BrokerProcess.stop`, and by a finalizer if the object is dropped.
+
+Typical use::
+
+    from strom.testing import running_broker
+
+    def test_something(tmp_path):
+        with running_broker(tmp_path, auto_create_topics_enable=True) as broker:
+            channel = grpc.insecure_channel(broker.bootstrap)
+            ...
+
+Config keywords use underscores for dots (``log_retention_ms=1000`` is ``log.retention.ms``);
+pass ``config={"log.retention.ms": "1000"}`` for exact keys. pytest is imported only by
+:func:`broker_fixture`, so this module has no test-only dependencies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "BrokerHandle",
+    "BrokerProcess",
+    "BrokerStartError",
+    "broker_fixture",
+    "free_port",
+    "running_broker",
+]
+
+STARTUP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+
+
+class BrokerStartError(RuntimeError):
+    """The broker did not become ready; the message ends with its stderr tail."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (bind to port 0, read it, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _config_from_kwargs(kwargs: Mapping[str, object]) -> dict[str, str]:
+    return {key.replace("_", "."): _str(value) for key, value in kwargs.items()}
+
+
+def _kill_quietly(pid: int) -> None:
+    """Finalizer: SIGCONT (in case it is paused) then SIGKILL, ignoring a gone process."""
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+class BrokerProcess:
+    """One broker child process. Not started until :meth:`start` (or ``with``)."""
+
+    def __init__(self, data_dir: Path | str, *, broker_id: int = 0,
+                 config: Mapping[str, object] | None = None, port: int | None = None,
+                 metrics_port: int | None = None,
+                 startup_timeout: float = STARTUP_TIMEOUT_S,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.broker_id = broker_id
+        self.port = port or free_port()
+        self.metrics_port = metrics_port or free_port()
+        self.startup_timeout = startup_timeout
+        self.config: dict[str, str] = {
+            "broker.id": str(broker_id),
+            "host": "127.0.0.1",
+            "port": str(self.port),
+            "metrics.port": str(self.metrics_port),
+            "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
+            "shutdown.timeout.ms": "5000",
+        }
+        if config:
+            self.config.update({k: _str(v) for k, v in config.items()})
+        self._env = dict(env or {})
+        self.stderr_path = self.data_dir / f"broker-{broker_id}.stderr.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self.paused = False
+
+    # -- addresses ----------------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/healthz"
+
+    @property
+    def ready_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/readyz"
+
+    @property
+    def log_dir(self) -> Path:
+        return Path(self.config["log.dirs"].split(",")[0])
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise RuntimeError("broker not started")
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def is_alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "strom.broker"]
+        for key, value in self.config.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def start(self, *, wait: bool = True) -> BrokerProcess:
+        if self.is_alive():
+            raise RuntimeError(f"broker {self.broker_id} is already running (pid {self.pid})")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(self._env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        with open(self.stderr_path, "ab") as stderr:
+            stderr.write(f"--- start {time.strftime('%H:%M:%S')}: {' '.join(self.command())}\n"
+                         .encode())
+            stderr.flush()
+            self._proc = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
+                env=env, start_new_session=True)
+        self.paused = False
+        self._finalizer = weakref.finalize(self, _kill_quietly, self._proc.pid)
+        if wait:
+            try:
+                self.wait_ready()
+            except BaseException:
+                self.kill()
+                raise
+        return self
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Poll ``/readyz`` until 200; raise BrokerStartError with the stderr tail otherwise."""
+        deadline = time.monotonic() + (self.startup_timeout if timeout is None else timeout)
+        while time.monotonic() < deadline:
+            if not self.is_alive():
+                raise BrokerStartError(
+                    f"broker {self.broker_id} exited with code {self.returncode} during start"
+                    f"\n--- stderr tail ({self.stderr_path}):\n{self.stderr_tail()}")
+            if self.is_ready():
+                return
+            time.sleep(0.05)
+        raise BrokerStartError(
+            f"broker {self.broker_id} was not ready within "
+            f"{self.startup_timeout if timeout is None else timeout:.0f}s"
+            f"\n--- stderr tail ({self.stderr_path}):\n{self.stderr_tail()}")
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.ready_url, timeout=1) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stderr_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.stderr_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return "(no stderr captured)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL (kill -9) and reap; no flush, no clean-shutdown marker."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        _kill_quietly(proc.pid)
+        proc.wait(timeout=STOP_TIMEOUT_S)
+        self.paused = False
+
+    def terminate(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait; returns the exit code (SIGKILL after ``timeout``, then raises)."""
+        proc = self._proc
+        if proc is None:
+            raise RuntimeError("broker not started")
+        if proc.poll() is None:
+            if self.paused:
+                self.resume()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise TimeoutError(
+                    f"broker {self.broker_id} did not exit within {timeout}s of SIGTERM; "
+                    f"killed\n--- stderr tail:\n{self.stderr_tail()}") from None
+        return int(proc.returncode)
+
+    def stop(self) -> None:
+        """Graceful stop if possible, kill otherwise; never raises for a dead process."""
+        if not self.is_alive():
+            return
+        try:
+            self.terminate()
+        except (TimeoutError, OSError):
+            self.kill()
+
+    def restart(self, *, kill: bool = False) -> BrokerProcess:
+        """Stop (SIGTERM, or SIGKILL with ``kill=True``) and start again on the same ports."""
+        if kill:
+            self.kill()
+        else:
+            self.stop()
+        return self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process holds its sockets but answers nothing."""
+        os.kill(self.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+        self.paused = False
+
+    def __enter__(self) -> BrokerProcess:
+        if not self.is_alive():
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_alive() else f"exited {self.returncode}"
+        return f"<BrokerProcess {self.broker_id} {self.bootstrap} {state}>"
+
+
+BrokerHandle = BrokerProcess
+
+
+def _str(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+@contextlib.contextmanager
+def running_broker(tmp_path: Path | str, *, broker_id: int = 0,
+                   config: Mapping[str, object] | None = None,
+                   startup_timeout: float = STARTUP_TIMEOUT_S,
+                   **settings: object) -> Iterator[BrokerProcess]:
+    """Start a broker in ``tmp_path``, yield it ready, and always stop it afterwards."""
+    merged = _config_from_kwargs(settings)
+    merged.update({k: _str(v) for k, v in (config or {}).items()})
+    broker = BrokerProcess(tmp_path, broker_id=broker_id, config=merged,
+                           startup_timeout=startup_timeout)
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop()
+
+
+def broker_fixture(scope: Literal["session", "package", "module", "class", "function"] = "function",
+                   *, config: Mapping[str, object] | None = None,
+                   **settings: object) -> Callable[..., Any]:
+    """A pytest fixture that yields a ready :class:`BrokerProcess`, stopped at teardown::
+
+        broker = broker_fixture(auto_create_topics_enable=True)   # in a conftest or test module
+
+        def test_x(broker): ...
+    """
+    import pytest
+
+    @pytest.fixture(scope=scope)
+    def _broker(tmp_path_factory: Any) -> Iterator[BrokerProcess]:
+        merged = _config_from_kwargs(settings)
+        merged.update({k: _str(v) for k, v in (config or {}).items()})
+        with running_broker(tmp_path_factory.mktemp("broker"), config=merged) as broker:
+            yield broker
+
+    return _broker

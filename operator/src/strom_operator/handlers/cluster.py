@@ -1,0 +1,72 @@
+"""StromCluster handlers: create/update/resume and a periodic timer reconcile; delete cleans up.
+
+Errors from the reconciler become kopf retries with exponential backoff (5 s doubling to 5 min);
+an invalid spec becomes a permanent error (no retries until the spec changes).  The reconciler has
+already written the reason into ``status.conditions``; the events are posted here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from strom_operator.reconcilers import cluster as reconciler
+from strom_operator.reconcilers.kube import KubernetesApi
+
+GROUP, VERSION, PLURAL = "strom.dev", "v1alpha1", "stromclusters"
+MAX_DELAY = 300.0
+
+
+def backoff(retry: int) -> float:
+    """5 s, 10 s, 20 s, ... capped at 5 minutes."""
+    return float(min(MAX_DELAY, 5.0 * 2 ** min(retry, 16)))
+
+
+def _post(body: kopf.Body, events: list[reconciler.Event]) -> None:
+    for event in events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
+
+
+def run(body: kopf.Body, old_spec: dict[str, Any] | None, retry: int) -> None:
+    raw = dict(body)
+    try:
+        outcome = reconciler.ClusterReconciler(KubernetesApi()).reconcile(raw, old_spec)
+    except reconciler.ReconcileError as err:
+        if err.permanent:
+            kopf.warn(body, reason=err.reason, message=str(err)[:1000])
+            raise kopf.PermanentError(str(err)) from err
+        kopf.warn(body, reason=err.reason, message=f"{err} (retry in {backoff(retry):.0f}s)")
+        raise kopf.TemporaryError(str(err), delay=backoff(retry)) from err
+    _post(body, outcome.events)
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+def on_create(body: kopf.Body, retry: int, **_: Any) -> None:
+    run(body, None, retry)
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL)
+def on_update(body: kopf.Body, old: kopf.BodyEssence | Any, retry: int, **_: Any) -> None:
+    old_spec = dict(old.get("spec") or {}) if isinstance(old, dict) else None
+    run(body, old_spec, retry)
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+def on_resume(body: kopf.Body, retry: int, **_: Any) -> None:
+    run(body, None, retry)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=30.0, initial_delay=30.0, idle=10.0)
+def periodic(body: kopf.Body, **_: Any) -> None:
+    """Progress that needs no spec change: rolls, drains, waiting for brokers, status."""
+    try:
+        outcome = reconciler.ClusterReconciler(KubernetesApi()).reconcile(dict(body))
+    except reconciler.ReconcileError:
+        return  # the status says why; the change handlers own the retries
+    _post(body, outcome.events)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+def on_delete(body: kopf.Body, **_: Any) -> None:
+    reconciler.cleanup(KubernetesApi(), dict(body))

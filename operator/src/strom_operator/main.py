@@ -1,0 +1,62 @@
+"""``strom-operator``: run the kopf operator with Strom's handlers.
+
+Watches every namespace by default (``--all-namespaces``), or the namespaces given with
+``--namespace`` (repeatable), as the Helm chart's ``watch`` value chooses.  Liveness is served at
+``http://0.0.0.0:8080/healthz``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+import kopf
+
+import strom_operator.handlers.cluster
+import strom_operator.handlers.settings
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="strom-operator", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        help="watch this namespace (repeatable); default: all namespaces",
+    )
+    parser.add_argument(
+        "--liveness",
+        default="http://0.0.0.0:8080/healthz",
+        help="liveness endpoint (empty to disable)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("STROM_OPERATOR_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    assert strom_operator.handlers.cluster and strom_operator.handlers.settings  # registrations
+    asyncio.run(
+        kopf.operator(
+            standalone=True,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            liveness_endpoint=args.liveness or None,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

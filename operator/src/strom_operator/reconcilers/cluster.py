@@ -1,0 +1,376 @@
+"""Reconcile a StromCluster: an ordered list of named steps, Strimzi style.
+
+Steps (each a method ``_step_<name>``; they run in this order and share a :class:`Context`):
+
+1. ``validate``   parse the spec (every problem named with its field and fix) and the transition
+                  rules against the last applied spec; an invalid spec stops here with
+                  ``Ready=False, reason=InvalidSpec`` and is not retried until the spec changes.
+2. ``scaling``    decide the StatefulSet's replica count (:mod:`strom_operator.model.scaling`):
+                  scale-out at once; scale-in only after the leaving brokers are drained, refused
+                  when the rest can not hold the replication factor.
+3. ``storage``    grow existing PVCs when ``spec.storage.size`` grew; refuse shrinking.
+4. ``apply``      server-side apply every desired object (ConfigMap, Services, StatefulSet, PDB,
+                  ServiceMonitor, NetworkPolicy, ...); idempotent.
+5. ``roll``       restart at most one stale broker pod (:mod:`strom_operator.model.rolling`).
+6. ``status``     write conditions (with observedGeneration), broker counts, bootstrap address,
+                  the scale subresource's selector.
+
+What the cluster itself knows (registered brokers, replica placement, under-replicated partitions,
+the active controller) comes from a :class:`ClusterAdmin`; until the Admin API is wired in,
+:class:`NoAdmin` answers "unknown" and the steps act on Kubernetes state alone: scale-in then waits
+(never removes a broker that may hold data) and rolls are paced by pod readiness.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from strom_operator.model import conditions, manifests, rolling, scaling, storage
+from strom_operator.model.conditions import Status
+from strom_operator.model.errors import SpecError
+from strom_operator.model.manifests import ClusterRef, Names
+from strom_operator.model.specs import (
+    API_VERSION,
+    StromClusterSpec,
+    check_transition,
+    parse_cluster,
+)
+from strom_operator.reconcilers.kube import ApiError, KubeApi
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterState:
+    """What the brokers report through the Admin API."""
+
+    registered: frozenset[int]
+    replicas_per_broker: dict[int, int]
+    max_replication_factor: int
+    partitions: int
+    under_replicated: int
+    active_controller: int | None
+    reassignment_in_progress: bool
+
+
+class ClusterAdmin(Protocol):
+    def describe(self, ref: ClusterRef, spec: StromClusterSpec) -> ClusterState | None: ...
+
+
+class NoAdmin:
+    """The cluster's own state is unknown (no Admin API client yet)."""
+
+    def describe(self, ref: ClusterRef, spec: StromClusterSpec) -> ClusterState | None:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    type: str  # "Normal" | "Warning"
+    reason: str
+    message: str
+
+
+class ReconcileError(Exception):
+    """A step failed. ``permanent``: do not retry until the spec changes."""
+
+    def __init__(self, step: str, reason: str, message: str, *, permanent: bool = False) -> None:
+        self.step = step
+        self.reason = reason
+        self.permanent = permanent
+        super().__init__(f"{step}: {message}")
+
+
+@dataclasses.dataclass
+class Context:
+    body: dict[str, Any]
+    ref: ClusterRef
+    old_spec: dict[str, Any] | None = None
+    spec: StromClusterSpec | None = None
+    state: ClusterState | None = None
+    statefulset_replicas: int | None = None
+    live_statefulset: dict[str, Any] | None = None
+    conditions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    status: dict[str, Any] = dataclasses.field(default_factory=dict)
+    events: list[Event] = dataclasses.field(default_factory=list)
+    requeue: bool = False  # more work to do later (waiting for pods, drains, ...)
+
+    def condition(self, type: str, status: Status, reason: str, message: str) -> None:
+        self.conditions = conditions.set_condition(
+            self.conditions,
+            type,
+            status,
+            reason,
+            message,
+            observed_generation=self.ref.generation,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    status: dict[str, Any]
+    events: list[Event]
+    requeue: bool
+
+
+def ref_of(body: dict[str, Any]) -> ClusterRef:
+    meta = body.get("metadata", {})
+    return ClusterRef(
+        name=meta["name"],
+        namespace=meta.get("namespace") or "default",
+        uid=meta.get("uid") or "",
+        generation=meta.get("generation"),
+    )
+
+
+class ClusterReconciler:
+    """Runs the steps for one StromCluster; construct per reconcile (it is cheap)."""
+
+    STEPS = ("validate", "scaling", "storage", "apply", "roll", "status")
+
+    def __init__(self, api: KubeApi, admin: ClusterAdmin | None = None) -> None:
+        self.api = api
+        self.admin = admin or NoAdmin()
+
+    def reconcile(self, body: dict[str, Any], old_spec: dict[str, Any] | None = None) -> Outcome:
+        """Run every step; ``old_spec`` is the previously handled spec (kopf's ``old``), if any."""
+        ctx = Context(body=body, ref=ref_of(body), old_spec=old_spec)
+        ctx.conditions = list((body.get("status") or {}).get("conditions") or [])
+        for name in self.STEPS:
+            step: Callable[[Context], None] = getattr(self, f"_step_{name}")
+            try:
+                step(ctx)
+            except ReconcileError as err:
+                self._fail(ctx, err)
+                raise
+            except ApiError as err:
+                failure = ReconcileError(name, "ApiError", str(err))
+                self._fail(ctx, failure)
+                raise failure from err
+        return Outcome(ctx.status, ctx.events, ctx.requeue)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _write_status(self, ctx: Context) -> None:
+        status = {**ctx.status, "conditions": ctx.conditions}
+        if ctx.ref.generation is not None:
+            status["observedGeneration"] = ctx.ref.generation
+        self.api.patch_status(API_VERSION, "StromCluster", ctx.ref.namespace, ctx.ref.name, status)
+        ctx.status = status
+
+    def _fail(self, ctx: Context, err: ReconcileError) -> None:
+        message = str(err)
+        ctx.condition(conditions.READY, "False", err.reason, message)
+        ctx.events.append(Event("Warning", err.reason, message))
+        with contextlib.suppress(ApiError):  # the retry writes it again
+            self._write_status(ctx)
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def _step_validate(self, ctx: Context) -> None:
+        try:
+            spec = parse_cluster(ctx.body.get("spec"))
+        except SpecError as err:
+            raise ReconcileError("validate", "InvalidSpec", str(err), permanent=True) from err
+        if ctx.old_spec:
+            try:
+                old: StromClusterSpec | None = parse_cluster(ctx.old_spec)
+            except SpecError:
+                old = None  # the previous spec was invalid: nothing to compare with
+            if old is not None:
+                problems = check_transition(spec, old)
+                if problems:
+                    message = "; ".join(str(p) for p in problems)
+                    raise ReconcileError("validate", "InvalidChange", message, permanent=True)
+        ctx.spec = spec
+        ctx.state = self.admin.describe(ctx.ref, spec)
+
+    def _step_scaling(self, ctx: Context) -> None:
+        assert ctx.spec is not None
+        names = Names(ctx.ref.name)
+        live = self.api.get("apps/v1", "StatefulSet", ctx.ref.namespace, names.statefulset)
+        ctx.live_statefulset = live
+        desired = ctx.spec.brokers.replicas
+        if live is None:
+            ctx.statefulset_replicas = desired
+            return
+        current = int((live.get("spec") or {}).get("replicas") or 0)
+        state = ctx.state
+        decision = scaling.decide(
+            desired=desired,
+            current=current,
+            registered=state.registered if state else None,
+            replicas_per_broker=state.replicas_per_broker if state else None,
+            max_replication_factor=state.max_replication_factor if state else 1,
+            reassignment_in_progress=state.reassignment_in_progress if state else False,
+        )
+        if decision.step == "Refuse":
+            ctx.statefulset_replicas = current
+            ctx.condition(conditions.SCALING, "False", "ScaleInRefused", decision.message)
+            ctx.events.append(Event("Warning", "ScaleInRefused", decision.message))
+            return
+        if decision.step in ("Drain", "WaitForDrain"):
+            ctx.statefulset_replicas = current
+            ctx.condition(conditions.SCALING, "True", decision.step, decision.message)
+            ctx.requeue = True
+            return
+        ctx.statefulset_replicas = desired
+        if decision.step in ("GrowStatefulSet", "ShrinkStatefulSet"):
+            ctx.condition(conditions.SCALING, "True", decision.step, decision.message)
+            ctx.events.append(Event("Normal", decision.step, decision.message))
+        elif decision.step == "Rebalance":
+            ctx.condition(conditions.REBALANCING, "True", "Pending", decision.message)
+        else:
+            ctx.condition(conditions.SCALING, "False", "Steady", decision.message)
+
+    def _step_storage(self, ctx: Context) -> None:
+        assert ctx.spec is not None
+        claims = self.api.list(
+            "v1", "PersistentVolumeClaim", ctx.ref.namespace, manifests.labels(ctx.ref.name)
+        )
+        sizes = {
+            c["metadata"]["name"]: str(
+                ((c.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+            )
+            for c in claims
+            if ((c.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+        }
+        if not sizes:
+            return
+        allow: bool | None = None
+        if ctx.spec.storage.storage_class_name:
+            sc = self.api.get(
+                "storage.k8s.io/v1", "StorageClass", None, ctx.spec.storage.storage_class_name
+            )
+            allow = bool(sc.get("allowVolumeExpansion")) if sc is not None else None
+        decision = storage.decide(ctx.spec.storage.size, sizes, allow)
+        if decision.action == "Expand":
+            for name in decision.pvcs:
+                self.api.patch(
+                    "v1",
+                    "PersistentVolumeClaim",
+                    ctx.ref.namespace,
+                    name,
+                    {"spec": {"resources": {"requests": {"storage": ctx.spec.storage.size}}}},
+                )
+            ctx.condition(conditions.STORAGE_RESIZING, "True", "Expanding", decision.message)
+            ctx.events.append(Event("Normal", "StorageExpanding", decision.message))
+        elif decision.action in ("RejectShrink", "RejectNotExpandable"):
+            ctx.condition(conditions.STORAGE_RESIZING, "False", decision.action, decision.message)
+            ctx.events.append(Event("Warning", decision.action, decision.message))
+        else:
+            ctx.condition(conditions.STORAGE_RESIZING, "False", "UpToDate", decision.message)
+
+    def _step_apply(self, ctx: Context) -> None:
+        assert ctx.spec is not None
+        for obj in manifests.desired_objects(ctx.ref, ctx.spec):
+            if obj["kind"] == "StatefulSet" and ctx.statefulset_replicas is not None:
+                obj["spec"]["replicas"] = ctx.statefulset_replicas
+            try:
+                self.api.apply(obj)
+            except ApiError as err:
+                if obj["kind"] == "ServiceMonitor" and err.status == 404:
+                    ctx.events.append(
+                        Event(
+                            "Warning",
+                            "NoServiceMonitorCRD",
+                            "metrics.serviceMonitor.enabled but the ServiceMonitor CRD "
+                            "(prometheus-operator) is not installed",
+                        )
+                    )
+                    continue
+                raise ReconcileError(
+                    "apply", "ApplyFailed", f"{obj['kind']} {obj['metadata']['name']}: {err}"
+                ) from err
+
+    def _step_roll(self, ctx: Context) -> None:
+        assert ctx.spec is not None
+        desired_hash = manifests.config_hash(ctx.ref, ctx.spec)
+        ctx.status["configHash"] = desired_hash
+        pods = [
+            _broker_pod(p)
+            for p in self.api.list(
+                "v1", "Pod", ctx.ref.namespace, manifests.selector_labels(ctx.ref.name)
+            )
+        ]
+        known = [p for p in pods if p is not None]
+        if not known:
+            return
+        state = ctx.state
+        decision = rolling.next_restart(
+            known,
+            desired_hash,
+            controller_voters=ctx.spec.controllers.replicas,
+            active_controller=state.active_controller if state else None,
+            under_replicated=state.under_replicated if state else None,
+        )
+        if decision.reason == "UpToDate":
+            ctx.condition(conditions.ROLLING, "False", "UpToDate", decision.message)
+            return
+        ctx.requeue = True
+        ctx.condition(conditions.ROLLING, "True", decision.reason, decision.message)
+        if decision.restart is not None:
+            self.api.delete("v1", "Pod", ctx.ref.namespace, decision.restart)
+            ctx.events.append(Event("Normal", "RollingRestart", decision.message))
+
+    def _step_status(self, ctx: Context) -> None:
+        assert ctx.spec is not None
+        names = Names(ctx.ref.name)
+        live = self.api.get("apps/v1", "StatefulSet", ctx.ref.namespace, names.statefulset)
+        live_status = (live or {}).get("status") or {}
+        replicas = int(live_status.get("replicas") or 0)
+        ready = int(live_status.get("readyReplicas") or 0)
+        want = ctx.spec.brokers.replicas
+        ctx.status.update(
+            {
+                "bootstrapServers": manifests.bootstrap_address(ctx.ref, ctx.spec),
+                "brokers": replicas,
+                "readyBrokers": ready,
+                "ready": f"{ready}/{want}",
+                "brokerIds": list(range(ctx.statefulset_replicas or want)),
+                "selector": manifests.label_selector(ctx.ref.name),
+            }
+        )
+        if ctx.state is not None:
+            ctx.status["partitions"] = ctx.state.partitions
+            ctx.status["underReplicatedPartitions"] = ctx.state.under_replicated
+        ctx.condition(conditions.RECONCILED, "True", "Applied", "all objects applied")
+        if ready >= want and replicas == want and not ctx.requeue:
+            ctx.condition(conditions.READY, "True", "Ready", f"{ready}/{want} brokers ready")
+        else:
+            ctx.requeue = True
+            ctx.condition(
+                conditions.READY, "False", "BrokersNotReady", f"{ready}/{want} brokers ready"
+            )
+        self._write_status(ctx)
+
+
+def _broker_pod(pod: dict[str, Any]) -> rolling.BrokerPod | None:
+    meta = pod.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    try:
+        ordinal = int(name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return None
+    annotations = meta.get("annotations") or {}
+    conds = (pod.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    return rolling.BrokerPod(
+        name=name,
+        ordinal=ordinal,
+        config_hash=str(annotations.get(manifests.CONFIG_HASH_ANNOTATION, "")),
+        ready=ready,
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def cleanup(api: KubeApi, body: dict[str, Any]) -> None:
+    """On deletion: remove what owner references can not (the cluster-scoped rack binding)."""
+    ref = ref_of(body)
+    api.delete(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+        None,
+        Names(ref.name).rack_binding(ref.namespace),
+    )

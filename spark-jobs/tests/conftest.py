@@ -1,0 +1,173 @@
+"""Fixtures for the Spark connector tests: one SparkSession per test session, real brokers.
+
+Measured facts this relies on (see /work/shared/TESTING.md): Spark's Python workers must run the
+venv's interpreter (``PYSPARK_PYTHON``), the driver binds 127.0.0.1, two shuffle partitions and no
+UI keep local mode quick, and one shared session saves 5-7 s per test.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def _broker_process(data_dir: Path) -> Iterator[str]:
+    """A real broker process on a free port; stopped (by PID) however the test ends."""
+    port = _free_port()
+    log = open(data_dir / "broker.log", "wb")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "strom.broker", "--set", f"port={port}", "--set",
+         "metrics.port=0", "--set", f"log.dirs={data_dir / 'data'}", "--set",
+         "log.retention.check.interval.ms=500"],
+        stdout=log, stderr=subprocess.STDOUT)
+    bootstrap = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"broker exited with {proc.returncode}: "
+                    f"{(data_dir / 'broker.log').read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("broker did not start listening in 30 s") from None
+                time.sleep(0.1)
+        from strom.client import Admin
+
+        with Admin(bootstrap) as admin:  # the Metadata path answers: ready
+            admin.list_topics()
+        yield bootstrap
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+@contextmanager
+def running_broker(path: Path) -> Iterator[str]:
+    """``strom.testing.running_broker`` when it exists, else our own process launcher."""
+    try:
+        from strom.testing import running_broker as shared  # type: ignore[import-not-found]
+    except ImportError:
+        with _broker_process(path) as bootstrap:
+            yield bootstrap
+        return
+    with shared(path) as b:
+        yield str(b.bootstrap)
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One broker for the Spark suite (tests use their own topics)."""
+    with running_broker(tmp_path_factory.mktemp("broker")) as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    import strom_spark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("strom-spark-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    strom_spark.register(session)
+    yield session
+    session.stop()
+
+
+_counter = iter(range(1_000_000))
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A fresh topic name per test."""
+    return f"{request.node.name.replace('[', '-').replace(']', '')[:40]}-{next(_counter)}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int,
+                 configs: dict[str, str] | None = None) -> None:
+    from strom.client import Admin
+
+    with Admin(bootstrap) as admin:
+        admin.create_topic(name, partitions, 1, configs)
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]],
+            *, partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
+            timestamp_ms: int | None = None) -> list[Any]:
+    """Send (key, value) pairs with acks=all; return their RecordMetadata."""
+    from strom.client import Producer
+
+    with Producer(bootstrap, acks="all", linger_ms=5) as producer:
+        futures = [producer.send(topic, v, k, partition=partition, headers=headers,
+                                 timestamp_ms=timestamp_ms) for k, v in records]
+        producer.flush()
+        return [f.result() for f in futures]
+
+
+def consume_all(bootstrap: str, topic: str) -> list[Any]:
+    """Every record of ``topic`` now, in partition then offset order."""
+    from strom.client import Consumer, TopicPartition
+
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        from strom.client import Admin
+
+        with Admin(bootstrap) as admin:
+            n = len(admin.describe_topics([topic])[0].partitions)
+        tps = [TopicPartition(topic, p) for p in range(n)]
+        ends = consumer.end_offsets(tps)
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        out: list[Any] = []
+        deadline = time.monotonic() + 60
+        while sum(1 for r in out) < sum(ends.values()) and time.monotonic() < deadline:
+            out.extend(consumer.poll(timeout_ms=500, max_records=10_000))
+        return sorted(out, key=lambda r: (r.partition, r.offset))
+
+
+@pytest.fixture(scope="session")
+def helpers() -> Any:
+    class H:
+        create_topic = staticmethod(create_topic)
+        produce = staticmethod(produce)
+        consume_all = staticmethod(consume_all)
+
+    return H

@@ -172,6 +172,11 @@ class TopicManager:
                  f", configs {dict(plan.configs)}" if plan.configs else "")
         return record
 
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     configs: Mapping[str, str] | None = None) -> TopicRecord:
+        """Validate and create in one step (for tools and tests)."""
+        return self.create(self.plan_topic(name, partitions, replication_factor, configs or {}))
+
     def auto_create(self, name: str) -> TopicRecord | None:
         """Create ``name`` with broker defaults if auto.create.topics.enable; else None."""
         if not self._config.auto_create_topics:

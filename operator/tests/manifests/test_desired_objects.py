@@ -1,0 +1,184 @@
+"""Desired objects of a StromCluster: shape, labels, owners, probes, and Kubernetes schema validity."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from strom_operator.model import broker_init, manifests, specs
+from tests.helpers import EXAMPLES, K8S_VERSION, load_all
+
+REF = manifests.ClusterRef("my-cluster", "kafka", "3f1c-uid", 2)
+#: CRD kinds kubernetes-validate has no schema for (checked structurally below instead).
+NOT_IN_K8S = {"ServiceMonitor"}
+
+
+def _spec(**extra):
+    return specs.parse_cluster({"storage": {"size": "10Gi"}, **extra})
+
+
+FULL = _spec(
+    rack={}, metrics={"serviceMonitor": {"enabled": True}}, networkPolicy={"enabled": True},
+    resources={"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+    storage={"size": "10Gi", "storageClassName": "fast", "deleteClaim": True},
+)
+EXAMPLE = specs.parse_cluster(
+    next(d for d in load_all(EXAMPLES / "cluster-3-brokers.yaml"))["spec"]
+)
+
+
+def by_kind(objs):
+    return {(o["kind"], o["metadata"]["name"]): o for o in objs}
+
+
+@pytest.mark.parametrize("spec", [_spec(), FULL, EXAMPLE], ids=["minimal", "full", "example"])
+def test_every_object_validates_against_kubernetes(spec):
+    for obj in manifests.desired_objects(REF, spec):
+        if obj["kind"] in NOT_IN_K8S:
+            continue
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_objects_and_order():
+    kinds = [o["kind"] for o in manifests.desired_objects(REF, _spec())]
+    assert kinds == ["ServiceAccount", "ConfigMap", "Service", "Service", "StatefulSet",
+                     "PodDisruptionBudget"]
+    full = [o["kind"] for o in manifests.desired_objects(REF, FULL)]
+    assert {"ClusterRoleBinding", "ServiceMonitor", "NetworkPolicy"} <= set(full)
+
+
+def test_labels_and_owner_references():
+    for obj in manifests.desired_objects(REF, FULL):
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "strom"
+        assert labels["app.kubernetes.io/instance"] == "my-cluster"
+        assert labels["app.kubernetes.io/managed-by"] == "strom-operator"
+        if obj["kind"] == "ClusterRoleBinding":
+            assert "ownerReferences" not in obj["metadata"]  # cleaned up by the delete handler
+            continue
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert owner == {"apiVersion": "strom.dev/v1alpha1", "kind": "StromCluster",
+                         "name": "my-cluster", "uid": "3f1c-uid", "controller": True,
+                         "blockOwnerDeletion": True}
+        assert obj["metadata"]["namespace"] == "kafka"
+
+
+def test_statefulset():
+    sts = by_kind(manifests.desired_objects(REF, FULL))[("StatefulSet", "my-cluster-broker")]
+    spec = sts["spec"]
+    assert spec["replicas"] == 3 and spec["serviceName"] == "my-cluster-brokers"
+    assert spec["updateStrategy"] == {"type": "OnDelete"}
+    assert spec["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    assert claim["spec"]["storageClassName"] == "fast"
+    pod = spec["template"]["spec"]
+    (broker,) = pod["containers"]
+    assert broker["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert broker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    ports = {p["name"]: p["containerPort"] for p in broker["ports"]}
+    assert ports == {"grpc": 9092, "metrics": 9404}
+    assert broker["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"},
+                                   "limits": {"memory": "2Gi"}}
+    assert broker["command"][:3] == ["strom", "broker", "start"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert broker["securityContext"]["allowPrivilegeEscalation"] is False
+    anti = pod["affinity"]["podAntiAffinity"]
+    keys = {t["topologyKey"] for t in anti["requiredDuringSchedulingIgnoredDuringExecution"]}
+    keys |= {t["podAffinityTerm"]["topologyKey"]
+             for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]}
+    assert keys == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    env = {e["name"]: e for e in pod["initContainers"][0]["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["STROM_RACK_TOPOLOGY_KEY"]["value"] == "topology.kubernetes.io/zone"
+    assert manifests.CONFIG_HASH_ANNOTATION in spec["template"]["metadata"]["annotations"]
+
+
+def test_pdb_and_services():
+    objs = by_kind(manifests.desired_objects(REF, _spec()))
+    pdb = objs[("PodDisruptionBudget", "my-cluster-broker")]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    headless = objs[("Service", "my-cluster-brokers")]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    bootstrap = objs[("Service", "my-cluster-bootstrap")]
+    assert [p["port"] for p in bootstrap["spec"]["ports"]] == [9092]
+    assert manifests.bootstrap_address(REF, _spec()) == "my-cluster-bootstrap.kafka.svc:9092"
+
+
+def _properties(text):
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, _, v = line.partition("=")
+            out[k] = v
+    return out
+
+
+def test_config_map_broker_config():
+    cm = by_kind(manifests.desired_objects(REF, EXAMPLE))[("ConfigMap", "my-cluster-config")]
+    props = _properties(cm["data"]["server.properties"])
+    assert props["port"] == "9092" and props["metrics.port"] == "9404"
+    assert props["log.dirs"] == manifests.DATA_DIR
+    assert props["default.replication.factor"] == "3" and props["min.insync.replicas"] == "2"
+    assert props["num.partitions"] == "3" and props["log.retention.ms"] == "604800000"
+    assert props["cluster.id"] == "3f1c-uid"
+    assert "broker.id" not in props  # per pod, from the ordinal
+    assert "def broker_id_of" in cm["data"]["broker_init.py"]
+
+
+def test_defaults_follow_cluster_size():
+    one = manifests.default_broker_config(_spec(brokers={"replicas": 1}))
+    assert one["default.replication.factor"] == "1" and one["min.insync.replicas"] == "1"
+
+
+def test_broker_accepts_every_key_we_write():
+    """Cross-check with the broker's own config table when it is importable."""
+    mod = None
+    with contextlib.suppress(Exception):
+        mod = importlib.import_module("strom.broker.config")
+    if mod is None or not hasattr(mod, "KEYS"):
+        pytest.skip("strom.broker.config not importable")
+    written = set(manifests.broker_config(REF, FULL)) | {"broker.id", "advertised.host",
+                                                         "broker.rack"}
+    written |= specs.USER_BROKER_KEYS
+    assert written <= set(mod.KEYS), written - set(mod.KEYS)
+
+
+def test_config_hash_changes_with_what_needs_a_restart():
+    base = manifests.config_hash(REF, _spec())
+    assert base == manifests.config_hash(REF, _spec())
+    assert base != manifests.config_hash(REF, _spec(image="strom:2"))
+    assert base != manifests.config_hash(REF, _spec(config={"num.partitions": 6}))
+    assert base == manifests.config_hash(REF, _spec(brokers={"replicas": 5})), (
+        "scaling is not a restart"
+    )
+
+
+def test_service_monitor_and_network_policy():
+    objs = by_kind(manifests.desired_objects(REF, FULL))
+    sm = objs[("ServiceMonitor", "my-cluster-broker")]
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    np = objs[("NetworkPolicy", "my-cluster-broker")]
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_broker_init_renders_per_pod_config():
+    out = broker_init.render("port=9092\n", pod_name="my-cluster-broker-2",
+                             headless_domain="my-cluster-brokers.kafka.svc", rack="eu-1a")
+    props = _properties(out)
+    assert props == {"port": "9092", "broker.id": "2", "broker.rack": "eu-1a",
+                     "advertised.host": "my-cluster-broker-2.my-cluster-brokers.kafka.svc"}
+    assert "broker.rack" not in _properties(broker_init.render(
+        "", pod_name="c-broker-0", headless_domain="d", rack=""))
+    with pytest.raises(ValueError, match="ordinal"):
+        broker_init.broker_id_of("no-ordinal-here")
+
+
+def test_manifests_are_yaml_serialisable():
+    yaml.safe_dump_all(manifests.desired_objects(REF, FULL))

@@ -1,0 +1,420 @@
+"""The metadata log's commands and the image they build: the Raft-replicated state machine.
+
+Why it exists: every broker must agree on which brokers exist and are fenced, which topics and
+partitions exist, who leads each partition in which epoch, the ISR, configs and reassignments in
+flight. The active controller proposes commands; every voter and observer applies the committed
+ones, in log order, to its own ``MetadataImage``. Applying is pure and deterministic: the same
+commands give the same image on every node, and a command that is invalid against the image
+(``MetadataError``) is rejected by every node in the same way, leaving the image unchanged. The
+controller validates before proposing, so in practice rejections only happen on races.
+
+Commands are JSON objects with a ``"type"`` (``encode_command`` / ``decode_command``); a snapshot
+is the whole image as JSON (``MetadataImage.to_snapshot`` / ``from_snapshot``).
+
+As in KRaft, broker heartbeats are not logged: the controller tracks them in memory and logs only
+their consequences (``FenceBroker``/``UnfenceBroker`` and the ``ChangePartition`` commands that
+move leadership off a fenced broker). ``ChangePartition`` bumps the partition epoch on every
+change and the leader epoch whenever the leader changes, so epochs are never chosen by a proposer.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal
+
+from strom.protocol.errors import ErrorCode, StromError
+
+__all__ = [
+    "AlterConfigs",
+    "BrokerRegistration",
+    "ChangePartition",
+    "Command",
+    "CreatePartitions",
+    "CreateTopic",
+    "DeleteTopic",
+    "Endpoint",
+    "FenceBroker",
+    "MetadataError",
+    "MetadataImage",
+    "PartitionState",
+    "RegisterBroker",
+    "TopicState",
+    "UnfenceBroker",
+    "changes_for_fenced_broker",
+    "decode_command",
+    "encode_command",
+]
+
+NO_LEADER = -1
+
+
+class MetadataError(StromError):
+    """A command that does not apply to the current image; every replica rejects it alike."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    name: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker:
+    TYPE: ClassVar[str] = "RegisterBroker"
+    broker_id: int
+    incarnation_id: str
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FenceBroker:
+    TYPE: ClassVar[str] = "FenceBroker"
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceBroker:
+    TYPE: ClassVar[str] = "UnfenceBroker"
+    broker_id: int
+    incarnation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    TYPE: ClassVar[str] = "CreateTopic"
+    name: str
+    topic_id: str
+    assignments: tuple[tuple[int, ...], ...]
+    """Replica list per partition, preferred leader first."""
+    configs: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    TYPE: ClassVar[str] = "DeleteTopic"
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitions:
+    TYPE: ClassVar[str] = "CreatePartitions"
+    topic: str
+    assignments: tuple[tuple[int, ...], ...]
+    """Replica lists of the new partitions, numbered after the existing ones."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigs:
+    TYPE: ClassVar[str] = "AlterConfigs"
+    resource_type: Literal["topic", "broker"]
+    resource_name: str
+    """A topic name, a broker id as a string, or "" for the cluster-wide broker default."""
+    set: tuple[tuple[str, str], ...] = ()
+    delete: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePartition:
+    """Set some fields of one partition; ``None`` leaves a field unchanged.
+
+    A reassignment starts with ``replicas`` = old + target and ``adding``/``removing`` set, and
+    completes with ``replicas`` = target and both emptied.
+    """
+
+    TYPE: ClassVar[str] = "ChangePartition"
+    topic: str
+    partition: int
+    leader: int | None = None
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+
+
+Command = (
+    RegisterBroker
+    | FenceBroker
+    | UnfenceBroker
+    | CreateTopic
+    | DeleteTopic
+    | CreatePartitions
+    | AlterConfigs
+    | ChangePartition
+)
+_TYPES: dict[str, type[Any]] = {
+    c.TYPE: c
+    for c in (
+        RegisterBroker,
+        FenceBroker,
+        UnfenceBroker,
+        CreateTopic,
+        DeleteTopic,
+        CreatePartitions,
+        AlterConfigs,
+        ChangePartition,
+    )
+}
+_TUPLE_FIELDS = {
+    "endpoints",
+    "assignments",
+    "configs",
+    "set",
+    "delete",
+    "isr",
+    "replicas",
+    "adding_replicas",
+    "removing_replicas",
+}
+
+
+def encode_command(command: Command) -> bytes:
+    body = asdict(command)
+    body["type"] = command.TYPE
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def decode_command(data: bytes) -> Command:
+    body = json.loads(data)
+    kind = _TYPES.get(body.pop("type", None))
+    if kind is None:
+        raise ValueError(f"unknown metadata command {data[:80]!r}")
+    for key, value in body.items():
+        if key in _TUPLE_FIELDS and value is not None:
+            body[key] = _tuples(value)
+    if kind is RegisterBroker:
+        body["endpoints"] = tuple(Endpoint(*e) for e in body["endpoints"])
+    command: Command = kind(**body)
+    return command
+
+
+# ---- the image -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: str
+    endpoints: list[Endpoint]
+    rack: str | None
+    fenced: bool = True
+    epoch: int = 0
+    """The metadata offset of the registration (Kafka's broker epoch)."""
+
+
+@dataclass(slots=True)
+class PartitionState:
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TopicState:
+    name: str
+    topic_id: str
+    partitions: dict[int, PartitionState]
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+class MetadataImage:
+    """The cluster metadata as of ``offset`` (the index of the last applied log entry)."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.topics: dict[str, TopicState] = {}
+        self.broker_configs: dict[str, dict[str, str]] = {}
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def live_brokers(self) -> dict[int, str | None]:
+        """Unfenced brokers and their racks: the input of replica placement."""
+        return {b.broker_id: b.rack for b in self.brokers.values() if not b.fenced}
+
+    def partition(self, topic: str, partition: int) -> PartitionState:
+        t = self.topics.get(topic)
+        if t is None or partition not in t.partitions:
+            raise MetadataError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{partition}"
+            )
+        return t.partitions[partition]
+
+    # -- applying -----------------------------------------------------------------------------
+
+    def apply(self, offset: int, command: Command) -> None:
+        """Apply the command committed at ``offset``; raises ``MetadataError`` (image unchanged)
+        when it does not apply. ``offset`` advances either way."""
+        try:
+            handler = getattr(self, "_apply_" + command.TYPE)
+            handler(offset, command)
+        finally:
+            self.offset = max(self.offset, offset)
+
+    def _apply_RegisterBroker(self, offset: int, c: RegisterBroker) -> None:
+        self.brokers[c.broker_id] = BrokerRegistration(
+            c.broker_id, c.incarnation_id, list(c.endpoints), c.rack, fenced=True, epoch=offset
+        )
+
+    def _broker(self, broker_id: int) -> BrokerRegistration:
+        b = self.brokers.get(broker_id)
+        if b is None:
+            raise MetadataError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is unknown")
+        return b
+
+    def _apply_FenceBroker(self, offset: int, c: FenceBroker) -> None:
+        self._broker(c.broker_id).fenced = True
+
+    def _apply_UnfenceBroker(self, offset: int, c: UnfenceBroker) -> None:
+        b = self._broker(c.broker_id)
+        if b.incarnation_id != c.incarnation_id:
+            raise MetadataError(
+                ErrorCode.BROKER_NOT_AVAILABLE,
+                f"broker {c.broker_id} re-registered as {b.incarnation_id}, not {c.incarnation_id}",
+            )
+        b.fenced = False
+
+    def _check_assignments(self, assignments: tuple[tuple[int, ...], ...]) -> None:
+        for replicas in assignments:
+            if not replicas or len(set(replicas)) != len(replicas):
+                raise MetadataError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"replica list {list(replicas)} is empty or repeats a broker",
+                )
+            unknown = [r for r in replicas if r not in self.brokers]
+            if unknown:
+                raise MetadataError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"unknown brokers {unknown} in {replicas}"
+                )
+
+    def _new_partition(self, replicas: tuple[int, ...]) -> PartitionState:
+        live = [r for r in replicas if not self.brokers[r].fenced]
+        return PartitionState(list(replicas), live, live[0] if live else NO_LEADER)
+
+    def _apply_CreateTopic(self, offset: int, c: CreateTopic) -> None:
+        if c.name in self.topics:
+            raise MetadataError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {c.name!r} already exists")
+        if not c.assignments:
+            raise MetadataError(ErrorCode.INVALID_PARTITIONS, f"topic {c.name!r}: no partitions")
+        self._check_assignments(c.assignments)
+        parts = {p: self._new_partition(r) for p, r in enumerate(c.assignments)}
+        self.topics[c.name] = TopicState(c.name, c.topic_id, parts, dict(c.configs))
+
+    def _topic(self, name: str) -> TopicState:
+        t = self.topics.get(name)
+        if t is None:
+            raise MetadataError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        return t
+
+    def _apply_DeleteTopic(self, offset: int, c: DeleteTopic) -> None:
+        self._topic(c.name)
+        del self.topics[c.name]
+
+    def _apply_CreatePartitions(self, offset: int, c: CreatePartitions) -> None:
+        t = self._topic(c.topic)
+        if not c.assignments:
+            raise MetadataError(ErrorCode.INVALID_PARTITIONS, "no new partitions given")
+        self._check_assignments(c.assignments)
+        first = len(t.partitions)
+        for k, replicas in enumerate(c.assignments):
+            t.partitions[first + k] = self._new_partition(replicas)
+
+    def _apply_AlterConfigs(self, offset: int, c: AlterConfigs) -> None:
+        if c.resource_type == "topic":
+            configs = self._topic(c.resource_name).configs
+        else:
+            configs = self.broker_configs.setdefault(c.resource_name, {})
+        configs.update(dict(c.set))
+        for key in c.delete:
+            configs.pop(key, None)
+
+    def _apply_ChangePartition(self, offset: int, c: ChangePartition) -> None:
+        p = self.partition(c.topic, c.partition)
+        replicas = list(c.replicas) if c.replicas is not None else p.replicas
+        isr = list(c.isr) if c.isr is not None else p.isr
+        leader = c.leader if c.leader is not None else p.leader
+        if c.replicas is not None:
+            self._check_assignments((c.replicas,))
+        if not set(isr) <= set(replicas):
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST, f"ISR {isr} is not a subset of replicas {replicas}"
+            )
+        if leader != NO_LEADER and leader not in isr:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST, f"leader {leader} is not in the ISR {isr}"
+            )
+        if leader != p.leader:
+            p.leader_epoch += 1
+        p.leader, p.isr, p.replicas = leader, isr, replicas
+        if c.adding_replicas is not None:
+            p.adding_replicas = list(c.adding_replicas)
+        if c.removing_replicas is not None:
+            p.removing_replicas = list(c.removing_replicas)
+        p.partition_epoch += 1
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def to_snapshot(self) -> bytes:
+        body = {
+            "offset": self.offset,
+            "brokers": [asdict(b) for b in self.brokers.values()],
+            "topics": [asdict(t) for t in self.topics.values()],
+            "broker_configs": self.broker_configs,
+        }
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_snapshot(cls, data: bytes) -> MetadataImage:
+        image = cls()
+        if not data:
+            return image
+        body = json.loads(data)
+        image.offset = body["offset"]
+        for b in body["brokers"]:
+            b["endpoints"] = [Endpoint(**e) for e in b["endpoints"]]
+            image.brokers[b["broker_id"]] = BrokerRegistration(**b)
+        for t in body["topics"]:
+            parts = {int(k): PartitionState(**v) for k, v in t["partitions"].items()}
+            image.topics[t["name"]] = TopicState(t["name"], t["topic_id"], parts, t["configs"])
+        image.broker_configs = body["broker_configs"]
+        return image
+
+    def copy(self) -> MetadataImage:
+        return copy.deepcopy(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MetadataImage) and self.to_snapshot() == other.to_snapshot()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def changes_for_fenced_broker(image: MetadataImage, broker_id: int) -> list[ChangePartition]:
+    """The partition changes that go with fencing a broker: drop it from every ISR and move
+    leadership to the next live ISR member in replica order. As in Kafka, the last ISR member
+    stays in the ISR (with no leader) so an unclean election remains a deliberate act."""
+    out: list[ChangePartition] = []
+    for name in sorted(image.topics):
+        for index, p in sorted(image.topics[name].partitions.items()):
+            if broker_id not in p.isr:
+                continue
+            isr = [r for r in p.isr if r != broker_id]
+            if not isr:
+                out.append(ChangePartition(name, index, leader=NO_LEADER))
+                continue
+            leader = p.leader
+            if leader in (broker_id, NO_LEADER):
+                live = [r for r in p.replicas if r in isr and not image.brokers[r].fenced]
+                leader = live[0] if live else NO_LEADER
+            out.append(ChangePartition(name, index, leader=leader, isr=tuple(isr)))
+    return out

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,12 @@ def strom_argv() -> list[str]:
     if script.exists():
         return [str(script)]
     return [sys.executable, "-m", "strom.cli.main"]
+
+
+@pytest.fixture
+def strom_cmd() -> list[str]:
+    """The argv prefix that runs the installed ``strom`` (for Popen-level tests)."""
+    return strom_argv()
 
 
 @pytest.fixture
@@ -40,9 +47,30 @@ def strom() -> StromRunner:
     return run
 
 
+@dataclass
+class LocalBroker:
+    bootstrap: str
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Any]:
-    """A real broker process on 127.0.0.1 (from ``strom.testing``), stopped afterwards."""
-    testing = pytest.importorskip("strom.testing", reason="strom.testing not available yet")
-    with testing.running_broker(tmp_path / "broker") as handle:
-        yield handle
+    """A real broker process on 127.0.0.1 with random ports, stopped afterwards (by PID).
+
+    ``strom.testing.running_broker`` when it exists; else the CLI's own local-cluster code.
+    """
+    try:
+        from strom.testing import running_broker  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        running_broker = None
+    if running_broker is not None:
+        with running_broker(tmp_path / "broker") as handle:
+            yield handle
+        return
+    from strom.cli import localcluster as lc
+
+    state = lc.plan_cluster(tmp_path / "cluster", 1, base_port=0)
+    try:
+        lc.start_cluster(state, timeout=60)
+        yield LocalBroker(state.bootstrap)
+    finally:
+        lc.stop_cluster(state, timeout=10)

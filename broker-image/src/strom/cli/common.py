@@ -50,6 +50,13 @@ def bootstrap(args: argparse.Namespace) -> str:
     return parse_bootstrap(value if value is not None else default_bootstrap())
 
 
+def partitions_of(args: argparse.Namespace, topic: str) -> list[int]:
+    """The partition ids of ``topic`` (UNKNOWN_TOPIC_OR_PARTITION if it does not exist)."""
+    with open_admin(args) as admin:
+        (desc,) = admin.describe_topics([topic])
+    return sorted(p.partition for p in desc.partitions)
+
+
 @contextlib.contextmanager
 def open_admin(args: argparse.Namespace) -> Iterator[Admin]:
     servers = bootstrap(args)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from strom.cli.common import add_bootstrap_flag, bootstrap, open_admin, request_timeout_ms
+from strom.cli.common import add_bootstrap_flag, bootstrap, partitions_of, request_timeout_ms
 from strom.cli.errors import EXIT_INTERRUPTED, CliError, UsageError
 from strom.cli.output import bytes_field
 from strom.cli.parsing import EARLIEST, LATEST, parse_offset
@@ -135,12 +135,6 @@ class StopRule:
 
 
 # --- command ----------------------------------------------------------------------------------
-
-
-def partitions_of(args: argparse.Namespace, topic: str) -> list[int]:
-    with open_admin(args) as admin:
-        (desc,) = admin.describe_topics([topic])
-    return sorted(p.partition for p in desc.partitions)
 
 
 def cmd_consume(args: argparse.Namespace) -> int:

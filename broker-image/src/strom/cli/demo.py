@@ -37,6 +37,7 @@ SEQ_DIGITS = 10
 def register(
     cmds: argparse._SubParsersAction[argparse.ArgumentParser],
     data_dir_flag: Callable[[argparse.ArgumentParser], None],
+    base_port_flag: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     demo = cmds.add_parser(
         "demo", help="run the platform end to end: cluster, topic, produce, consume, verify",
@@ -64,6 +65,7 @@ def register(
                       help="limit for start-up, and for consuming without progress "
                       "(default: 60)")
     data_dir_flag(demo)
+    base_port_flag(demo)
     demo.set_defaults(func=cmd_demo)
 
 
@@ -163,7 +165,7 @@ def summary_table(
         ],
     )
     parts = format_table(
-        ("PARTITION", "START", "END-OFFSET", "RECORDS"),
+        ("PARTITION", "START-OFFSET", "END-OFFSET", "RECORDS"),
         [[p, *per_partition[p]] for p in sorted(per_partition)],
     )
     return phases + "\n\n" + parts
@@ -178,13 +180,17 @@ class Progress:
         self.every = every
         self.start = time.monotonic()
         self.last = self.start
+        self.shown = -1
         self.tty = sys.stderr.isatty()
 
     def update(self, done: int, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self.last < self.every:
+        if (not force and now - self.last < self.every) or (force and done == self.shown):
+            if force and self.tty:
+                print(file=sys.stderr, flush=True)
             return
         self.last = now
+        self.shown = done
         elapsed = now - self.start
         rate = done / elapsed if elapsed > 0 else 0.0
         pct = 100 * done / self.total if self.total else 100.0
@@ -216,7 +222,7 @@ def demo_cluster(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             note(f"using the dev cluster already running in {data_dir} ({state.bootstrap})")
             started = False
         else:
-            state = lc.plan_cluster(data_dir, 1)
+            state = lc.plan_cluster(data_dir, 1, base_port=args.base_port)
             note(f"starting a local cluster in {data_dir}")
             took = lc.start_cluster(state, args.timeout, note)
             note(f"cluster ready in {took:.1f} s")
@@ -353,7 +359,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             after = {tp.partition: _offset(v) for tp, v in admin.list_offsets(tps).items()}
         finally:
             admin.close()
-        note(f"consuming them back from offsets {before}")
+        note(f"consuming them back from offsets {_offsets_text(before)} (this run's start)")
         verifier = Verifier(placed, args.keys)
         consumed = consume_phase(bootstrap, args.topic, before, after, verifier, args.timeout)
         per_partition = {p: (before[p], after[p], after[p] - before[p]) for p in partitions}
@@ -377,6 +383,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print("  strom dev down")
             print("(or: strom dev demo --keep-running)")
     return 0
+
+
+def _offsets_text(offsets: dict[int, int]) -> str:
+    return ", ".join(f"{p}:{o}" for p, o in sorted(offsets.items()))
 
 
 def _offset(value: int) -> int:

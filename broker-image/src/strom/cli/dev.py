@@ -24,6 +24,12 @@ def _data_dir_flag(p: argparse.ArgumentParser) -> None:
                    f"(default: ./{lc.DEFAULT_DATA_DIR})")
 
 
+def _base_port_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-port", type=int, default=lc.FIRST_PORT, metavar="PORT",
+                   help=f"gRPC port of broker 0, then +1 per broker; busy ports are replaced by "
+                   f"random free ones; 0 = all random (default: {lc.FIRST_PORT})")
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev = sub.add_parser("dev", help="a local cluster for development, and the demo",
                          description="Run a local Strom cluster on 127.0.0.1 in the background.")
@@ -39,6 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _data_dir_flag(up)
     up.add_argument("--set", action="append", metavar="KEY=VALUE", dest="overrides",
                     help="broker config for every broker, e.g. --set num.partitions=3")
+    _base_port_flag(up)
     up.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                     help="how long to wait for readiness (default: 30)")
     add_output_flag(up, choices=("text", "json"), default="text")
@@ -63,7 +70,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     from strom.cli import demo
 
-    demo.register(cmds, _data_dir_flag)
+    demo.register(cmds, _data_dir_flag, _base_port_flag)
 
 
 def progress(message: str) -> None:
@@ -84,7 +91,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 )
             progress(f"a dev cluster is already running in {data_dir}")
         else:
-            state = lc.plan_cluster(data_dir, args.brokers)
+            state = lc.plan_cluster(data_dir, args.brokers, base_port=args.base_port)
             state.overrides = overrides
             took = lc.start_cluster(state, args.timeout, progress)
             progress(f"cluster ready in {took:.1f} s")

@@ -152,12 +152,15 @@ def pick_ports(
     n: int, first: int, host: str = HOST, taken: set[int] | None = None,
     is_free: Callable[[str, int], bool] = port_is_free,
 ) -> list[int]:
-    """``first, first+1, ...`` where free, a random free port otherwise; never one in ``taken``."""
+    """``first, first+1, ...`` where free, a random free port otherwise; never one in ``taken``.
+
+    ``first=0`` asks for random free ports only (tests, several clusters side by side).
+    """
     used = set(taken or ())
     ports = []
     for i in range(n):
-        port = first + i
-        if port in used or not is_free(host, port):
+        port = first + i if first else 0
+        if not port or port in used or not is_free(host, port):
             port = free_port(host)
             while port in used:
                 port = free_port(host)
@@ -168,12 +171,16 @@ def pick_ports(
 
 def plan_cluster(
     data_dir: Path, n: int, host: str = HOST,
-    is_free: Callable[[str, int], bool] = port_is_free,
+    is_free: Callable[[str, int], bool] = port_is_free, base_port: int = FIRST_PORT,
 ) -> ClusterState:
+    """Ports ``base_port+i`` (gRPC) and ``9404+i`` (metrics) where free; all random if 0."""
     check_broker_count(n)
+    if not 0 <= base_port < 65536:
+        raise UsageError(f"--base-port {base_port} must be 0 (random) or a port number")
     root = data_dir.resolve()
-    ports = pick_ports(n, FIRST_PORT, host, is_free=is_free)
-    metrics = pick_ports(n, FIRST_METRICS_PORT, host, taken=set(ports), is_free=is_free)
+    ports = pick_ports(n, base_port, host, is_free=is_free)
+    first_metrics = FIRST_METRICS_PORT if base_port else 0
+    metrics = pick_ports(n, first_metrics, host, taken=set(ports), is_free=is_free)
     brokers = [
         BrokerSpec(broker_id=i, host=host, port=ports[i], metrics_port=metrics[i],
                    dir=str(root / f"broker-{i}"))

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterable
 from typing import BinaryIO
 
-from strom.cli.common import add_bootstrap_flag, bootstrap, request_timeout_ms
+from strom.cli.common import add_bootstrap_flag, bootstrap, partitions_of, request_timeout_ms
 from strom.cli.errors import CliError, UsageError
 from strom.cli.parsing import parse_acks, parse_kv_list, split_key, strip_newline
 
@@ -98,6 +98,13 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
     servers = bootstrap(args)
     timeout_ms = request_timeout_ms(args)
+    # Fail fast on an unknown topic or partition (the producer would wait for metadata).
+    partitions = partitions_of(args, args.topic)
+    if args.partition is not None and args.partition not in partitions:
+        raise CliError(
+            f"--partition {args.partition}: topic {args.topic} has partitions "
+            f"0..{len(partitions) - 1}"
+        )
     from strom.client import Producer
 
     producer = Producer(

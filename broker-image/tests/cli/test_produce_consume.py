@@ -1,0 +1,115 @@
+"""``strom produce`` lines from stdin, ``strom consume`` them back, against a real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def create(strom: Any, broker: Any, name: str, partitions: int) -> None:
+    r = strom("topic", "create", name, "--partitions", str(partitions),
+              "--bootstrap-server", broker.bootstrap)
+    assert r.returncode == 0, r.stderr
+
+
+def test_lines_produced_with_keys_are_consumed_back(strom: Any, broker: Any) -> None:
+    bs = ("--bootstrap-server", broker.bootstrap)
+    create(strom, broker, "lines", 3)
+    lines = [f"user-{i % 7}:event {i}" for i in range(200)]
+    r = strom("produce", "lines", "--key-separator", ":", *bs, input="\n".join(lines) + "\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
+    assert r.stderr.strip() == "Produced 200 records to lines."
+
+    r = strom("consume", "lines", "--from-beginning", "--max-messages", "200", "-o", "json",
+              "--timeout-ms", "20000", *bs)
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(records) == 200
+    assert sorted(f"{x['key']}:{x['value']}" for x in records) == sorted(lines)
+    # per partition: offsets dense from 0, values in the order they were produced
+    by_partition: dict[int, list[dict[str, Any]]] = {}
+    for x in records:
+        by_partition.setdefault(x["partition"], []).append(x)
+    for part in by_partition.values():
+        assert [x["offset"] for x in part] == list(range(len(part)))
+        seq = [int(x["value"].split()[1]) for x in part]
+        assert seq == sorted(seq)
+    # one key, one partition
+    assert all(len({x["partition"] for x in records if x["key"] == k}) == 1
+               for k in {x["key"] for x in records})
+    assert "Processed a total of 200 messages." in r.stderr
+
+
+def test_consume_text_output_max_messages_and_partition_offset(strom: Any, broker: Any) -> None:
+    bs = ("--bootstrap-server", broker.bootstrap)
+    create(strom, broker, "one", 1)
+    r = strom("produce", "one", *bs, input="a\nb\nc\nd\n")
+    assert r.returncode == 0, r.stderr
+
+    r = strom("consume", "one", "--from-beginning", "--max-messages", "2", *bs)
+    assert (r.returncode, r.stdout) == (0, "a\nb\n")
+
+    r = strom("consume", "one", "--offset", "2", "--partition", "0", "--max-messages", "5",
+              "--timeout-ms", "1500", "--print-key", *bs)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "null\tc\nnull\td\n"
+    assert "Processed a total of 2 messages." in r.stderr
+
+
+def test_consume_stops_after_the_idle_timeout(strom: Any, broker: Any) -> None:
+    create(strom, broker, "empty", 2)
+    started = time.monotonic()
+    r = strom("consume", "empty", "--timeout-ms", "1000", "--bootstrap-server", broker.bootstrap)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
+    assert time.monotonic() - started < 30
+
+
+def test_binary_values_and_headers_in_json(strom: Any, broker: Any) -> None:
+    from strom.client import Producer
+
+    create(strom, broker, "bin", 1)
+    producer = Producer(broker.bootstrap)
+    try:
+        producer.send("bin", value=b"\xff\x00\x01", key=b"k",
+                      headers=[("trace", b"abc")]).result(timeout=30)
+    finally:
+        producer.close()
+    r = strom("consume", "bin", "--from-beginning", "--max-messages", "1", "-o", "json",
+              "--bootstrap-server", broker.bootstrap)
+    assert r.returncode == 0, r.stderr
+    record = json.loads(r.stdout)
+    assert record["value"] == {"base64": "/wAB"}
+    assert record["key"] == "k"
+    assert record["headers"] == [{"key": "trace", "value": "abc"}]
+    assert record["offset"] == 0 and record["partition"] == 0 and record["timestamp"] > 0
+
+
+def test_ctrl_c_stops_the_consumer_cleanly(broker: Any, strom: Any, strom_cmd: list[str]
+                                           ) -> None:
+    create(strom, broker, "live", 1)
+    env = {k: v for k, v in os.environ.items() if k != "STROM_DEBUG"}
+    proc = subprocess.Popen(
+        [*strom_cmd, "consume", "live", "--bootstrap-server", broker.bootstrap],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        time.sleep(2.0)  # the consumer is polling
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    assert "Traceback" not in err
+    assert "Processed a total of 0 messages." in err

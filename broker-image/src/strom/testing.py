@@ -97,6 +97,12 @@ class BrokerProcess:
         }
         if config:
             self.config.update({k: _str(v) for k, v in config.items()})
+        # explicit port settings win; keep the attributes in step with what the child uses
+        self.port = int(self.config["port"])
+        self.metrics_port = int(self.config["metrics.port"])
+        if self.port == 0 or self.metrics_port == 0:
+            raise ValueError("BrokerProcess needs fixed ports (port=0 / metrics.port=0 would "
+                             "hide where the broker listens); leave them unset for free ones")
         self._env = dict(env or {})
         self.stderr_path = self.data_dir / f"broker-{broker_id}.stderr.log"
         self._proc: subprocess.Popen[bytes] | None = None

@@ -190,7 +190,7 @@ def decode_command(data: bytes) -> Command:
         if key in _TUPLE_FIELDS and value is not None:
             body[key] = _tuples(value)
     if kind is RegisterBroker:
-        body["endpoints"] = tuple(Endpoint(*e) for e in body["endpoints"])
+        body["endpoints"] = tuple(Endpoint(**e) for e in body["endpoints"])
     command: Command = kind(**body)
     return command
 

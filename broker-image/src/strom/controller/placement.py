@@ -71,11 +71,9 @@ def assign_replicas(
     rack_of = {b: racks[b] or "" for b in brokers}
     num_racks = len(set(rack_of.values()))
     start = start_index % n
-    shift = start
     out: list[list[int]] = []
     for p in range(first_partition, first_partition + partitions):
-        if p > 0 and p % n == 0:
-            shift += 1
+        shift = start + p // n
         first = (p + start) % n
         leader = brokers[first]
         replicas = [leader]

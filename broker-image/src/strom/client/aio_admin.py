@@ -19,7 +19,7 @@ import grpc
 
 from strom.client.backoff import RetryPolicy
 from strom.client.config import parse_bootstrap, require_positive
-from strom.client.connections import Connections
+from strom.client.connections import Connections, rpc_error
 from strom.client.metadata import ClusterMetadata
 from strom.client.models import (
     BrokerDescription,
@@ -32,7 +32,6 @@ from strom.client.models import (
 )
 from strom.client.offsets import list_offsets, parse_offset_spec
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
-from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import admin_pb2, broker_pb2
 
 
@@ -73,7 +72,7 @@ class AsyncAdmin:
                 try:
                     return await getattr(stub, method)(request, timeout=left)
                 except grpc.RpcError as exc:
-                    err = from_rpc_error(exc)
+                    err = rpc_error(exc)
                     if not err.retriable:
                         raise err from None
                     last = err

@@ -25,7 +25,7 @@ import grpc
 
 from strom.client.backoff import RetryPolicy
 from strom.client.config import parse_bootstrap, parse_offset_reset, require_positive
-from strom.client.connections import Connections, now_ms
+from strom.client.connections import Connections, now_ms, rpc_error
 from strom.client.metadata import ClusterMetadata
 from strom.client.models import TopicPartition
 from strom.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
@@ -33,7 +33,6 @@ from strom.client.positions import EARLIEST, CompletedFetch, SubscriptionState
 from strom.protocol.batch import compute_crc, iter_headers
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
 from strom.protocol.records import Record, decode_batches
-from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import broker_pb2
 
 log = logging.getLogger("strom.client.consumer")
@@ -270,7 +269,7 @@ class ConsumerCore:
                 response = await self.conns.broker_stub(node).Fetch(
                     request, timeout=(s.request_timeout_ms + s.fetch_max_wait_ms) / 1000.0)
             except grpc.RpcError as exc:
-                self._fetch_failed(wanted, from_rpc_error(exc))
+                self._fetch_failed(wanted, rpc_error(exc))
                 return
             except StromError as err:
                 self._fetch_failed(wanted, err)

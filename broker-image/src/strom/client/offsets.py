@@ -13,10 +13,9 @@ import time
 import grpc
 
 from strom.client.backoff import RetryPolicy
-from strom.client.connections import Connections
+from strom.client.connections import Connections, rpc_error
 from strom.client.models import TopicPartition
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
-from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import broker_pb2
 
 LATEST_TIMESTAMP = -1
@@ -59,9 +58,16 @@ async def list_offsets(conns: Connections, retry: RetryPolicy,
                 last = exc
             routed, unknown = conns.metadata.group_by_leader(remaining)
             for tp in unknown:
+                # fresh metadata says the topic is missing or broken: fail now, as Kafka's
+                # admin does, rather than retrying a lookup that cannot succeed
                 err = conns.metadata.topic_error(tp.topic)
-                if err is not None and not err.retriable:
+                if err is not None and last is None:
                     raise err
+                if conns.metadata.partition_count(tp.topic) is not None and \
+                        tp.partition >= (conns.metadata.partition_count(tp.topic) or 0):
+                    raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                     f"{tp} does not exist: {tp.topic!r} has "
+                                     f"{conns.metadata.partition_count(tp.topic)} partitions")
         calls = [_ask(conns, node, {tp: remaining[tp] for tp in tps}, timeout_s)
                  for node, tps in routed.items()]
         for answer in await asyncio.gather(*calls):
@@ -95,7 +101,7 @@ async def _ask(conns: Connections, node: int, wanted: dict[TopicPartition, int],
     try:
         response = await conns.broker_stub(node).ListOffsets(request, timeout=timeout_s)
     except grpc.RpcError as exc:
-        err = from_rpc_error(exc)
+        err = rpc_error(exc)
         return dict.fromkeys(wanted, err)
     except StromError as err:
         return dict.fromkeys(wanted, err)

@@ -30,14 +30,13 @@ import grpc
 from strom.client.accumulator import RecordAccumulator
 from strom.client.backoff import RetryPolicy
 from strom.client.config import parse_acks, parse_bootstrap, require_positive
-from strom.client.connections import Connections, now_ms
+from strom.client.connections import Connections, now_ms, rpc_error
 from strom.client.metadata import ClusterMetadata
 from strom.client.models import TopicPartition
 from strom.client.partitioner import DefaultPartitioner
 from strom.client.producer_batch import ProducerBatch
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
 from strom.protocol.records import Compression, Header
-from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import broker_pb2
 
 log = logging.getLogger("strom.client.producer")
@@ -317,7 +316,7 @@ class ProducerCore:
                 stub = self.conns.broker_stub(node)
                 response = await stub.Produce(request, timeout=s.request_timeout_ms / 1000.0)
             except grpc.RpcError as exc:
-                err = from_rpc_error(exc)
+                err = rpc_error(exc)
                 for b in batches:
                     self._failed(b, err)
                 return

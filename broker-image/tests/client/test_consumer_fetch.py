@@ -1,0 +1,166 @@
+"""The sync Consumer against the fake cluster: positions, seeks, long-poll, prefetch, resets."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from strom.client import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ErrorCode,
+    Producer,
+    StromError,
+    TopicPartition,
+)
+
+from .conftest import FakeCluster
+
+TP = TopicPartition("t", 0)
+
+
+def _fill(cluster: FakeCluster, n: int, topic: str = "t", partitions: int = 1,
+          batch_size: int = 4096) -> None:
+    cluster.create_topic(topic, partitions)
+    with Producer(cluster.bootstrap, batch_size=batch_size, linger_ms=0) as p:
+        for i in range(n):
+            p.send(topic, b"v%d" % i, partition=i % partitions, timestamp_ms=1000 + i)
+        p.flush(10)
+
+
+def _drain(c: Consumer, n: int, timeout: float = 10) -> list[int]:
+    offsets: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(offsets) < n and time.monotonic() < deadline:
+        offsets += [r.offset for r in c.poll(200)]
+    return offsets
+
+
+def test_reads_everything_in_order(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, 5000)
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest",
+                  max_partition_fetch_bytes=8192, max_poll_records=700) as c:
+        c.assign([TP])
+        offsets = _drain(c, 5000)
+        assert offsets == list(range(5000))
+        assert c.position(TP) == 5000
+        assert c.poll(50) == []
+
+
+def test_latest_reset_then_new_records(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, 10)
+    with Consumer(fake_cluster.bootstrap, fetch_max_wait_ms=2000) as c:
+        c.assign([TP])
+        assert c.position(TP) == 10
+        with Producer(fake_cluster.bootstrap, linger_ms=0) as p:
+            threading.Timer(0.2, lambda: p.send("t", b"late")).start()
+            start = time.monotonic()
+            records = c.poll(5000)
+            waited = time.monotonic() - start
+            p.flush(5)
+        assert [(r.offset, r.value) for r in records] == [(10, b"late")]
+        assert waited < 1.9  # the long-poll returned when data arrived, not at max_wait
+
+
+def test_seek_and_seek_to_beginning_drop_prefetched(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, 300)
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest",
+                  max_poll_records=10) as c:
+        c.assign([TP])
+        assert [r.offset for r in c.poll(2000)] == list(range(10))
+        time.sleep(0.1)  # let prefetch run ahead
+        c.seek(TP, 250)
+        assert c.poll(2000)[0].offset == 250
+        c.seek_to_beginning(TP)
+        assert c.position(TP) == 0
+        assert c.poll(2000)[0].offset == 0
+        c.seek(TP, OFFSET_BEGINNING)
+        assert c.poll(2000)[0].offset == 0
+
+
+def test_seek_to_end_and_offset_lookups(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, 100, partitions=2)
+    tps = [TopicPartition("t", 0), TopicPartition("t", 1)]
+    with Consumer(fake_cluster.bootstrap) as c:
+        c.assign(tps)
+        c.seek_to_end(*tps)
+        assert [c.position(tp) for tp in tps] == [50, 50]
+        assert c.beginning_offsets(tps) == {tps[0]: 0, tps[1]: 0}
+        assert c.end_offsets(tps) == {tps[0]: 50, tps[1]: 50}
+        # partition 0 holds records i = 0, 2, 4, ... with timestamp 1000 + i
+        found = c.offsets_for_times({tps[0]: 1010, tps[1]: 99_999})
+        assert found[tps[0]] is not None and found[tps[0]][0] == 5
+        assert found[tps[1]] is None
+        assert c.assignment() == set(tps)
+
+
+def test_out_of_range_resets_by_policy(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, 20)
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest") as c:
+        c.assign([TP])
+        c.seek(TP, 1000)
+        assert _drain(c, 20) == list(range(20))
+
+
+def test_out_of_range_with_reset_none_raises(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, 5)
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="none") as c:
+        c.assign([TP])
+        with pytest.raises(StromError):
+            c.position(TP)
+        c.seek(TP, 1000)
+        with pytest.raises(StromError) as info:
+            for _ in range(20):
+                c.poll(200)
+        assert info.value.code is ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_fetch_retries_after_not_leader(fake_cluster2: FakeCluster) -> None:
+    fake_cluster2.create_topic("t", 1, leaders=[1])
+    with Producer(fake_cluster2.bootstrap) as p:
+        for i in range(10):
+            p.send("t", b"%d" % i)
+    fake_cluster2.faults[("Fetch", "t", 0)] = [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    with Consumer(fake_cluster2.bootstrap, auto_offset_reset="earliest",
+                  retry_backoff_ms=10) as c:
+        c.assign([TP])
+        assert _drain(c, 10) == list(range(10))
+        fake_cluster2.set_leader("t", 0, 2)
+        with Producer(fake_cluster2.bootstrap) as p:
+            p.send("t", b"after move").result(10)
+        records = [r for _ in range(20) for r in c.poll(200)][:1]
+        assert records and records[0].value == b"after move"
+    fetch_brokers = {b for b, rpc, _ in fake_cluster2.calls if rpc == "Fetch"}
+    assert fetch_brokers == {1, 2}
+
+
+def test_prefetch_keeps_a_fetch_in_flight(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, 2000)
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest",
+                  max_partition_fetch_bytes=4096, max_poll_records=50) as c:
+        c.assign([TP])
+        assert c.poll(2000)
+        time.sleep(0.2)  # the app "works"; the fetcher fills its prefetch buffer meanwhile
+        fetches = [r for _, rpc, r in fake_cluster.calls if rpc == "Fetch"]
+        offsets = [r.partitions[0].fetch_offset for r in fetches]
+        assert len(set(offsets)) >= 2  # fetched ahead of the position
+        with c._core.subs.lock:
+            st = c._core.subs.states[TP]
+            assert st.fetch_offset is not None and st.position is not None
+            assert st.fetch_offset > st.position
+        rest = _drain(c, 1950)
+        assert rest == list(range(rest[0], 2000)), (len(rest), len(set(rest)), rest[:5])
+
+
+def test_iterator(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, 30)
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest") as c:
+        c.assign([TP])
+        got = []
+        for record in c:
+            got.append(record.value)
+            if len(got) == 30:
+                break
+    assert got == [b"v%d" % i for i in range(30)]

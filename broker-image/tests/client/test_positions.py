@@ -1,0 +1,91 @@
+"""Consumer offset bookkeeping: seeks, resets, prefetch generations, position advance."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+from strom.client.positions import EARLIEST, LATEST, SubscriptionState
+from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.records import encode_batch
+
+TP = TopicPartition("t", 0)
+
+
+def _batch_at(base: int, n: int) -> bytes:
+    from strom.protocol.batch import patch_offsets
+
+    buf = bytearray(encode_batch([(None, b"v")] * n, timestamp_ms=1))
+    patch_offsets(buf, 0, base, 0)
+    return bytes(buf)
+
+
+def test_new_assignment_needs_reset_by_policy() -> None:
+    subs = SubscriptionState("earliest")
+    subs.assign([TP])
+    assert subs.needing_reset() == [(TP, EARLIEST, 0)]
+    assert subs.fetchable(0) == []
+    subs.set_reset_result(TP, 0, 5)
+    assert subs.states[TP].position == 5
+    assert [(tp, off) for tp, off, _ in subs.fetchable(0)] == [(TP, 5)]
+
+
+def test_seek_sentinels_and_explicit() -> None:
+    subs = SubscriptionState("latest")
+    subs.assign([TP])
+    subs.seek(TP, OFFSET_BEGINNING)
+    assert subs.states[TP].reset == EARLIEST
+    subs.seek(TP, OFFSET_END)
+    assert subs.states[TP].reset == LATEST
+    subs.seek(TP, 42)
+    assert subs.states[TP].position == 42 and subs.states[TP].reset is None
+    with pytest.raises(StromError):
+        subs.seek(TP, -7)
+    with pytest.raises(StromError):
+        subs.seek(TopicPartition("other", 0), 1)
+
+
+def test_prefetch_advances_fetch_offset_not_position() -> None:
+    subs = SubscriptionState("earliest", max_buffered_fetches=2)
+    subs.assign([TP])
+    subs.seek(TP, 0)
+    gen = subs.states[TP].generation
+    assert subs.on_fetched(TP, gen, _batch_at(0, 10), 20, 0)
+    st = subs.states[TP]
+    assert (st.position, st.fetch_offset, st.buffered) == (0, 10, 1)
+    assert subs.on_fetched(TP, gen, _batch_at(10, 10), 20, 0)
+    assert subs.fetchable(0) == []  # buffer full: no third fetch
+    c = subs.next_completed()
+    assert c is not None and (c.fetch_offset, c.next_offset) == (0, 10)
+
+
+def test_stale_generation_dropped_after_seek() -> None:
+    subs = SubscriptionState("earliest")
+    subs.assign([TP])
+    subs.seek(TP, 0)
+    gen = subs.states[TP].generation
+    subs.on_fetched(TP, gen, _batch_at(0, 10), 10, 0)
+    subs.seek(TP, 3)
+    assert subs.next_completed() is None
+    assert not subs.on_fetched(TP, gen, _batch_at(0, 10), 10, 0)  # in-flight answer: stale
+    assert subs.states[TP].fetch_offset == 3
+
+
+def test_advance_moves_position() -> None:
+    subs = SubscriptionState("earliest")
+    subs.assign([TP])
+    subs.seek(TP, 2)
+    subs.on_fetched(TP, subs.states[TP].generation, _batch_at(0, 10), 10, 0)
+    c = subs.next_completed()
+    assert c is not None and c.fetch_offset == 2
+    assert subs.advance(c, None, exhausted=True)
+    assert subs.states[TP].position == 10 and subs.next_completed() is None
+
+
+def test_reset_none_reports_error() -> None:
+    subs = SubscriptionState("none")
+    subs.assign([TP])
+    assert subs.needing_reset() == []
+    subs.seek(TP, 5)
+    subs.request_reset(TP)
+    assert subs.errors and subs.errors[0].code is ErrorCode.OFFSET_OUT_OF_RANGE

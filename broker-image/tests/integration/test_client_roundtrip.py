@@ -1,0 +1,157 @@
+"""The client against a real broker process: admin, produce, consume, offsets, sync and asyncio.
+
+Uses ``strom.testing.running_broker`` (one broker per module, real process on 127.0.0.1); skipped
+when that module is not available.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+strom_testing = pytest.importorskip("strom.testing", reason="strom.testing (real broker) missing")
+
+from strom.client import (  # noqa: E402
+    Admin,
+    AsyncConsumer,
+    AsyncProducer,
+    Consumer,
+    ErrorCode,
+    NewTopic,
+    Producer,
+    StromError,
+    TopicPartition,
+)
+from strom.client.partitioner import murmur2, to_positive  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    running_broker = getattr(strom_testing, "running_broker", None)
+    if running_broker is None:
+        pytest.skip("strom.testing has no running_broker")
+    path: Path = tmp_path_factory.mktemp("client-broker")
+    with running_broker(path) as b:
+        yield b
+
+
+def _consume(bootstrap: str, tps: list[TopicPartition], n: int, timeout: float = 30
+             ) -> list[Any]:
+    out: list[Any] = []
+    with Consumer(bootstrap, auto_offset_reset="earliest") as c:
+        c.assign(tps)
+        deadline = time.monotonic() + timeout
+        while len(out) < n and time.monotonic() < deadline:
+            out += c.poll(500)
+    return out
+
+
+def test_admin_topic_lifecycle(broker: Any) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("lifecycle", partitions=2, configs={"retention.ms": "3600000"})
+        assert "lifecycle" in admin.list_topics()
+        with pytest.raises(StromError) as info:
+            admin.create_topic("lifecycle", partitions=2)
+        assert info.value.code is ErrorCode.TOPIC_ALREADY_EXISTS
+        [desc] = admin.describe_topics(["lifecycle"])
+        assert [p.partition for p in desc.partitions] == [0, 1]
+        admin.create_partitions("lifecycle", 3)
+        assert len(admin.describe_topics(["lifecycle"])[0].partitions) == 3
+        admin.alter_configs("lifecycle", set={"retention.ms": "7200000"})
+        values = {e.name: e.value for e in admin.describe_configs(topic="lifecycle")}
+        assert values.get("retention.ms") == "7200000"
+        cluster = admin.describe_cluster()
+        assert cluster.brokers
+        admin.delete_topics(["lifecycle"])
+        deadline = time.monotonic() + 10
+        while "lifecycle" in admin.list_topics() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "lifecycle" not in admin.list_topics()
+
+
+def test_produce_consume_round_trip(broker: Any) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic("rt", 3, 1)])
+    n = 20_000
+    with Producer(broker.bootstrap, linger_ms=2) as p:
+        futures = [p.send("rt", b"value-%d" % i, key=b"key-%d" % (i % 100),
+                          headers=[("i", b"%d" % i)]) for i in range(n)]
+        p.flush(60)
+        metas = [f.result() for f in futures]
+    for i in (0, 1, 99):
+        expected = to_positive(murmur2(b"key-%d" % i)) % 3
+        assert metas[i].partition == expected
+    records = _consume(broker.bootstrap, [TopicPartition("rt", p) for p in range(3)], n)
+    assert len(records) == n
+    by_value = {r.value: r for r in records}
+    for i, md in enumerate(metas):
+        r = by_value[b"value-%d" % i]
+        assert (r.partition, r.offset) == (md.partition, md.offset)
+        assert r.key == b"key-%d" % (i % 100)
+        assert r.headers == (("i", b"%d" % i),)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_round_trip(broker: Any, codec: str) -> None:
+    topic = f"codec-{codec}"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic(topic)
+    with Producer(broker.bootstrap, compression_type=codec) as p:
+        for i in range(1000):
+            p.send(topic, b"compressible %d " % i * 10)
+    records = _consume(broker.bootstrap, [TopicPartition(topic, 0)], 1000)
+    assert [r.value for r in records] == [b"compressible %d " % i * 10 for i in range(1000)]
+
+
+def test_offsets_and_seeks(broker: Any) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("offs")
+    tp = TopicPartition("offs", 0)
+    with Producer(broker.bootstrap) as p:
+        for i in range(100):
+            p.send("offs", b"%d" % i, timestamp_ms=1_600_000_000_000 + i * 1000)
+    with Admin(broker.bootstrap) as admin:
+        assert admin.list_offsets({tp: "earliest"}) == {tp: 0}
+        assert admin.list_offsets({tp: "latest"}) == {tp: 100}
+        assert admin.list_offsets({tp: 1_600_000_000_000 + 42_000}) == {tp: 42}
+    with Consumer(broker.bootstrap) as c:
+        c.assign([tp])
+        assert c.position(tp) == 100  # auto_offset_reset=latest
+        c.seek(tp, 90)
+        got: list[int] = []
+        while len(got) < 10:
+            got += [r.offset for r in c.poll(1000)]
+        assert got == list(range(90, 100))
+        found = c.offsets_for_times({tp: 1_600_000_000_000 + 10_500})
+        assert found[tp] is not None and found[tp][0] == 11
+        assert c.end_offsets([tp]) == {tp: 100}
+
+
+def test_unknown_topic_errors(broker: Any) -> None:
+    with Producer(broker.bootstrap, max_block_ms=1000) as p, pytest.raises(StromError):
+        p.send("does-not-exist", b"x").result(10)
+
+
+def test_async_round_trip(broker: Any) -> None:
+    async def main() -> None:
+        with Admin(broker.bootstrap) as admin:
+            admin.create_topic("aio")
+        async with AsyncProducer(broker.bootstrap) as p:
+            futures = [p.send("aio", b"%d" % i) for i in range(500)]
+            metas = await asyncio.gather(*futures)
+            assert [m.offset for m in metas] == list(range(500))
+        async with AsyncConsumer(broker.bootstrap, auto_offset_reset="earliest") as c:
+            c.assign([TopicPartition("aio", 0)])
+            values: list[bytes | None] = []
+            while len(values) < 500:
+                values += [r.value for r in await c.poll(1000)]
+            assert values == [b"%d" % i for i in range(500)]
+
+    asyncio.run(main())

@@ -92,9 +92,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
     import strom_spark
+    from pyspark.sql import SparkSession
 
     session = (
         SparkSession.builder.master("local[2]")

@@ -1,4 +1,4 @@
-"""A streaming query stops, more data arrives, it restarts from its checkpoint: every record once."""
+"""A streaming query stops, more data arrives, it restarts from the checkpoint: all once."""
 
 from __future__ import annotations
 

@@ -148,7 +148,8 @@ async def test_alter_configs_incremental_live_and_persisted(core: BrokerCore) ->
     await _create(core, _new("a", 1, 1, retention_ms="1000", cleanup_policy="compact"))
 
     async def alter(set_: dict[str, str], delete: list[str], validate_only: bool = False,
-                    type_: int = admin_pb2.TOPIC) -> admin_pb2.AlterConfigsResult:
+                    type_: admin_pb2.ResourceType = admin_pb2.TOPIC
+                    ) -> admin_pb2.AlterConfigsResult:
         response = await admin.alter_configs(core, admin_pb2.AlterConfigsRequest(
             validate_only=validate_only, resources=[admin_pb2.AlterConfigsResource(
                 resource=admin_pb2.ConfigResource(type=type_, name="a"), set=set_,

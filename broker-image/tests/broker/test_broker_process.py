@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -29,8 +30,8 @@ pytestmark = pytest.mark.integration
 class Stubs:
     def __init__(self, broker: BrokerProcess) -> None:
         self.channel = grpc.insecure_channel(broker.bootstrap)
-        self.broker = broker_pb2_grpc.BrokerStub(self.channel)
-        self.admin = admin_pb2_grpc.AdminStub(self.channel)
+        self.broker: Any = broker_pb2_grpc.BrokerStub(self.channel)  # type: ignore[no-untyped-call]
+        self.admin: Any = admin_pb2_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
 
     def create(self, name: str, partitions: int = 1, **configs: str) -> None:
         response = self.admin.CreateTopics(admin_pb2.CreateTopicsRequest(topics=[
@@ -46,7 +47,8 @@ class Stubs:
                 topic=topic, partition=partition,
                 records=encode_batch([(None, v) for v in values], timestamp_ms=timestamp_ms))]),
             timeout=10)
-        return response.partitions[0]
+        part: broker_pb2.PartitionProduceResponse = response.partitions[0]
+        return part
 
     def fetch_all(self, topic: str, partition: int = 0) -> list[tuple[int, bytes | None]]:
         out: list[tuple[int, bytes | None]] = []
@@ -67,7 +69,7 @@ class Stubs:
         response = self.broker.ListOffsets(broker_pb2.ListOffsetsRequest(partitions=[
             broker_pb2.ListOffsetsPartition(topic=topic, partition=partition, timestamp=-1)]),
             timeout=10)
-        return response.partitions[0].offset
+        return int(response.partitions[0].offset)
 
     def close(self) -> None:
         self.channel.close()

@@ -114,6 +114,10 @@ class Producer:
             core.acc.release(self._settings.batch_size)
         if wake:
             self._thread.call_soon(core.wake)
+            # Hand the GIL to the sender now (once per batch): otherwise a tight send() loop
+            # keeps it for the whole switch interval (5 ms) while the full batch waits.
+            # Measured against one local broker: 16 KiB batches 143k -> 245k records/s.
+            time.sleep(0)
         return RecordFuture(batch, index, ts, ks, vs)
 
     def flush(self, timeout: float | None = None) -> None:

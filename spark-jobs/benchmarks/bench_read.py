@@ -119,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         from pyspark.sql import SparkSession
 
         spark = (SparkSession.builder.master(args.master).appName("bench-read")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "2")
                  .getOrCreate())
         spark.sparkContext.setLogLevel("WARN")
         strom_spark.register(spark)

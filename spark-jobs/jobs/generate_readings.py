@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import time
 
-    start = args.start_ms if args.start_ms is not None else int(time.time() * 1000) - (
-        args.seconds * 1000)
+    # default: the last --seconds seconds, aligned to a 10-second window so --hot is one window
+    start = args.start_ms if args.start_ms is not None else (
+        (int(time.time() * 1000) - args.seconds * 1000) // 10_000 * 10_000)
     hot: dict[str, list[int]] = {}
     for item in args.hot:
         sensor, _, window = item.partition(":")

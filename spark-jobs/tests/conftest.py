@@ -79,7 +79,8 @@ def running_broker(path: Path) -> Iterator[str]:
         with _broker_process(path) as bootstrap:
             yield bootstrap
         return
-    with shared(path) as b:
+    # fast retention checks, so the data-loss test sees deleted segments within a second
+    with shared(path, config={"log.retention.check.interval.ms": 500}) as b:
         yield str(b.bootstrap)
 
 

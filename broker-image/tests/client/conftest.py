@@ -19,10 +19,9 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-
 from strom.protocol.batch import parse_header, patch_offsets, validate_batches
-from strom.protocol.records import decode_batches
 from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.records import decode_batches
 from strom.protocol.status import to_grpc_status
 from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, common_pb2
 

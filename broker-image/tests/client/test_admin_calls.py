@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from strom.client import Admin, ErrorCode, NewTopic, Producer, StromError, TopicPartition
 
 from .conftest import FakeCluster
@@ -72,7 +71,9 @@ def test_list_offsets(fake_cluster: FakeCluster) -> None:
 
 
 def test_unreachable_cluster_times_out() -> None:
-    with Admin("127.0.0.1:1", request_timeout_ms=300, retry_backoff_ms=20) as admin:
-        with pytest.raises(StromError) as info:
-            admin.list_topics()
+    with (
+        Admin("127.0.0.1:1", request_timeout_ms=300, retry_backoff_ms=20) as admin,
+        pytest.raises(StromError) as info,
+    ):
+        admin.list_topics()
     assert info.value.retriable

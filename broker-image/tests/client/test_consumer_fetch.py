@@ -6,7 +6,6 @@ import threading
 import time
 
 import pytest
-
 from strom.client import (
     OFFSET_BEGINNING,
     Consumer,
@@ -91,7 +90,8 @@ def test_seek_to_end_and_offset_lookups(fake_cluster: FakeCluster) -> None:
         assert c.end_offsets(tps) == {tps[0]: 50, tps[1]: 50}
         # partition 0 holds records i = 0, 2, 4, ... with timestamp 1000 + i
         found = c.offsets_for_times({tps[0]: 1010, tps[1]: 99_999})
-        assert found[tps[0]] is not None and found[tps[0]][0] == 5
+        hit = found[tps[0]]
+        assert hit is not None and hit[0] == 5
         assert found[tps[1]] is None
         assert c.assignment() == set(tps)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 
 import pytest
-
 from strom.client import ErrorCode, Producer, RecordMetadata, StromError
 from strom.client.partitioner import murmur2, to_positive
 from strom.protocol.records import decode_batches
@@ -91,9 +90,8 @@ def test_delivery_timeout_bounds_retries(fake_cluster: FakeCluster) -> None:
     fake_cluster.create_topic("t", 1)
     fake_cluster.faults[("Produce", "t", 0)] = [ErrorCode.NOT_ENOUGH_REPLICAS] * 1000
     with Producer(fake_cluster.bootstrap, retry_backoff_ms=10, retry_backoff_max_ms=20,
-                  delivery_timeout_ms=300) as p:
-        with pytest.raises(StromError) as info:
-            p.send("t", b"x").result(10)
+                  delivery_timeout_ms=300) as p, pytest.raises(StromError) as info:
+        p.send("t", b"x").result(10)
     assert info.value.code is ErrorCode.NOT_ENOUGH_REPLICAS
 
 
@@ -112,9 +110,11 @@ def test_routes_to_leader_and_follows_leader_move(fake_cluster2: FakeCluster) ->
 
 
 def test_unknown_topic_times_out_with_max_block(fake_cluster: FakeCluster) -> None:
-    with Producer(fake_cluster.bootstrap, max_block_ms=300, retry_backoff_ms=20) as p:
-        with pytest.raises(StromError) as info:
-            p.send("missing", b"x")
+    with (
+        Producer(fake_cluster.bootstrap, max_block_ms=300, retry_backoff_ms=20) as p,
+        pytest.raises(StromError) as info,
+    ):
+        p.send("missing", b"x")
     assert info.value.code is ErrorCode.REQUEST_TIMED_OUT
     assert "missing" in info.value.message
 
@@ -138,16 +138,18 @@ def test_compression_end_to_end(fake_cluster: FakeCluster) -> None:
 def test_bad_config_fails_fast() -> None:
     for kwargs in ({"acks": 2}, {"compression_type": "brotli"}, {"batch_size": 0}):
         with pytest.raises(StromError) as info:
-            Producer("127.0.0.1:1", **kwargs)  # type: ignore[arg-type]
+            Producer("127.0.0.1:1", **kwargs)
         assert info.value.code is ErrorCode.INVALID_CONFIG
     with pytest.raises(StromError):
         Producer("nonsense")
 
 
 def test_record_too_large(fake_cluster: FakeCluster) -> None:
-    with Producer(fake_cluster.bootstrap, max_request_size=1000) as p:
-        with pytest.raises(StromError) as info:
-            p.send("t", b"x" * 2000)
+    with (
+        Producer(fake_cluster.bootstrap, max_request_size=1000) as p,
+        pytest.raises(StromError) as info,
+    ):
+        p.send("t", b"x" * 2000)
     assert info.value.code is ErrorCode.MESSAGE_TOO_LARGE
 
 

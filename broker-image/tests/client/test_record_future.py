@@ -6,7 +6,6 @@ import concurrent.futures as cf
 import threading
 
 import pytest
-
 from strom.client.models import RecordMetadata, TopicPartition
 from strom.client.producer_batch import ProducerBatch, RecordFuture
 from strom.protocol.errors import ErrorCode, StromError
@@ -64,7 +63,8 @@ def test_wait_as_completed_and_callbacks() -> None:
     assert done == {f1, f2} and not_done == {f3}
     assert called == [10]
     b2.complete(0)
-    assert set(cf.as_completed([f1, f2, f3], timeout=5)) == {f1, f2, f3}
+    futures: list[cf.Future[RecordMetadata]] = [f1, f2, f3]
+    assert set(cf.as_completed(futures, timeout=5)) == {f1, f2, f3}
     late: list[bool] = []
     f3.add_done_callback(lambda f: late.append(f.done()))
     assert late == [True]

@@ -130,7 +130,8 @@ def test_offsets_and_seeks(broker: Any) -> None:
             got += [r.offset for r in c.poll(1000)]
         assert got == list(range(90, 100))
         found = c.offsets_for_times({tp: 1_600_000_000_000 + 10_500})
-        assert found[tp] is not None and found[tp][0] == 11
+        hit = found[tp]
+        assert hit is not None and hit[0] == 11
         assert c.end_offsets([tp]) == {tp: 100}
 
 

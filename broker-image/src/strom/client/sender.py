@@ -174,8 +174,10 @@ class ProducerCore:
             if batch.builder.append(key, value, ts, headers):
                 return batch, len(batch.builder) - 1, False, False
             batch.full = True
-        if sticky and n > 1:  # KIP-480: a new batch is due, so move null keys elsewhere
-            tp = self._routes[tp.topic][self.partitioner.on_new_batch(tp.topic, n, tp.partition)]
+        tps = self._routes.get(tp.topic)
+        if sticky and n > 1 and tps is not None and len(tps) == n:
+            # KIP-480: a new batch is due, so move null-key records to another partition
+            tp = tps[self.partitioner.on_new_batch(tp.topic, n, tp.partition)]
             batch = acc.open_batch(tp)
             if batch is not None:
                 if batch.builder.append(key, value, ts, headers):

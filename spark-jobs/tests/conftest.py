@@ -125,8 +125,10 @@ def create_topic(bootstrap: str, name: str, partitions: int,
                  configs: dict[str, str] | None = None) -> None:
     from strom.client import Admin
 
+    # Tests use fixed timestamps from 1970 or 2023: time-based retention (7 days by default)
+    # would delete them at the next (fast) retention check, so it is off unless a test asks.
     with Admin(bootstrap) as admin:
-        admin.create_topic(name, partitions, 1, configs)
+        admin.create_topic(name, partitions, 1, {"retention.ms": "-1", **(configs or {})})
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]],

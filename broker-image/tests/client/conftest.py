@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+
 from strom.protocol.batch import parse_header, patch_offsets, validate_batches
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strom.client.accumulator import RecordAccumulator
 from strom.client.models import TopicPartition
 from strom.protocol.errors import ErrorCode, StromError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strom.client import Admin, ErrorCode, NewTopic, Producer, StromError, TopicPartition
 
 from .conftest import FakeCluster

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from strom.client import (
     AsyncAdmin,
     AsyncConsumer,

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+
 from strom.client import (
     OFFSET_BEGINNING,
     Consumer,
@@ -164,3 +165,19 @@ def test_iterator(fake_cluster: FakeCluster) -> None:
             if len(got) == 30:
                 break
     assert got == [b"v%d" % i for i in range(30)]
+
+
+def test_seek_right_after_position_never_stalls(fake_cluster: FakeCluster) -> None:
+    # regression: a fetch cancelled by seek() before it first ran left its partition
+    # marked "in flight" forever
+    _fill(fake_cluster, 100)
+    for _ in range(15):
+        with Consumer(fake_cluster.bootstrap, fetch_max_wait_ms=500) as c:
+            c.assign([TP])
+            assert c.position(TP) == 100
+            c.seek(TP, 90)
+            got: list[int] = []
+            deadline = time.monotonic() + 0.9  # well under the 1 s safety re-check
+            while len(got) < 10 and time.monotonic() < deadline:
+                got += [r.offset for r in c.poll(100)]
+            assert got == list(range(90, 100))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from strom.client.partitioner import DefaultPartitioner, murmur2, to_positive
 
 # From Kafka's UtilsTest.testMurmur2 (signed 32-bit results).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 from strom.client.positions import EARLIEST, LATEST, SubscriptionState
 from strom.protocol.errors import ErrorCode, StromError

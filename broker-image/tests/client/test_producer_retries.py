@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 
 import pytest
+
 from strom.client import ErrorCode, Producer, RecordMetadata, StromError
 from strom.client.partitioner import murmur2, to_positive
 from strom.protocol.records import decode_batches

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import crc32c
 import pytest
+
 from strom.protocol.batch import parse_header, validate_batches
 from strom.protocol.records import BatchBuilder, Compression, TimestampType, decode_batches
 

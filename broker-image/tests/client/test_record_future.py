@@ -6,6 +6,7 @@ import concurrent.futures as cf
 import threading
 
 import pytest
+
 from strom.client.models import RecordMetadata, TopicPartition
 from strom.client.producer_batch import ProducerBatch, RecordFuture
 from strom.protocol.errors import ErrorCode, StromError

@@ -172,6 +172,8 @@ class ConsumerCore:
             timeout = None if nb == float("inf") else max(0.0, (nb - now) / 1000.0)
             if self.metadata.needs_refresh(now) and self.subs.states:
                 timeout = 0.05 if timeout is None else min(timeout, 0.05)
+            # a missed wake-up must never stall consumption: look again at least every second
+            timeout = 1.0 if timeout is None else min(timeout, 1.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
@@ -205,14 +207,24 @@ class ConsumerCore:
             assert self.loop is not None
             task = self.loop.create_task(self._fetch(node, wanted))
             self._fetches[node] = task
-            task.add_done_callback(functools.partial(self._fetch_done, node))
+            task.add_done_callback(functools.partial(self._fetch_done, node, wanted))
 
-    def _fetch_done(self, node: int, task: asyncio.Task[None]) -> None:
+    def _fetch_done(self, node: int, wanted: dict[TopicPartition, tuple[int, int]],
+                    task: asyncio.Task[None]) -> None:
         if self._fetches.get(node) is task:
             del self._fetches[node]
         if task.cancelled():
-            return
+            # a task cancelled before it first ran never reaches its own cleanup: release its
+            # partitions here, or they would stay "in flight" forever
+            self._release(wanted)
         self.wake()
+
+    def _release(self, wanted: dict[TopicPartition, tuple[int, int]]) -> None:
+        with self.subs.lock:
+            for tp, (_, gen) in wanted.items():
+                st = self.subs.states.get(tp)
+                if st is not None and st.generation == gen:
+                    st.in_flight = False
 
     def _spawn_reset(self, resets: list[tuple[TopicPartition, str, int]]) -> asyncio.Task[None]:
         assert self.loop is not None
@@ -306,11 +318,7 @@ class ConsumerCore:
             if got:
                 self.on_data()
         except asyncio.CancelledError:
-            with subs.lock:
-                for tp, (_, gen) in wanted.items():
-                    st = subs.states.get(tp)
-                    if st is not None and st.generation == gen:
-                        st.in_flight = False
+            self._release(wanted)
             raise
 
     def _fetch_failed(self, wanted: dict[TopicPartition, tuple[int, int]],

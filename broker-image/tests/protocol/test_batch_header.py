@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strom.protocol.batch import (
     HEADER_SIZE,
     iter_headers,

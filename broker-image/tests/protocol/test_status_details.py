@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 from grpc_status import rpc_status
+
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.status import from_status_proto, grpc_code_for, to_grpc_status
 
@@ -31,3 +32,41 @@ def test_non_retriable_errors_map_to_invalid_argument() -> None:
     assert grpc_code_for(ErrorCode.INVALID_CONFIG) == code_pb2.INVALID_ARGUMENT
     assert grpc_code_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) == code_pb2.NOT_FOUND
     assert not StromError(ErrorCode.INVALID_CONFIG, "x").retriable
+
+
+async def test_codes_are_read_from_sync_and_aio_errors() -> None:
+    """grpc.aio shapes trailers differently from the sync API; both must yield the Kafka code."""
+    import asyncio
+
+    from strom.protocol.status import from_rpc_error
+    from strom.protocol.v1 import broker_pb2, broker_pb2_grpc
+
+    class Failing(broker_pb2_grpc.BrokerServicer):
+        async def Metadata(self, request: object, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]
+            await context.abort_with_status(
+                to_grpc_status(StromError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")))
+
+    server = grpc.aio.server()
+    broker_pb2_grpc.add_BrokerServicer_to_server(Failing(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            try:
+                await broker_pb2_grpc.BrokerStub(channel).Metadata(broker_pb2.MetadataRequest())
+            except grpc.RpcError as exc:
+                assert from_rpc_error(exc).code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            else:
+                raise AssertionError("call should fail")
+        sync_channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        try:
+            await asyncio.to_thread(broker_pb2_grpc.BrokerStub(sync_channel).Metadata,
+                                    broker_pb2.MetadataRequest())
+        except grpc.RpcError as exc:
+            assert from_rpc_error(exc).code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        else:
+            raise AssertionError("call should fail")
+        finally:
+            sync_channel.close()
+    finally:
+        await server.stop(0)

@@ -12,15 +12,13 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterable
-from typing import Any
 
 import grpc
 import grpc.aio
-from google.rpc import status_pb2
 
 from strom.client.metadata import ClusterMetadata
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.status import from_rpc_error, from_status_proto
+from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 
 CHANNEL_OPTIONS: list[tuple[str, int]] = [
@@ -35,22 +33,7 @@ _DETAILS_KEY = "grpc-status-details-bin"
 
 
 def rpc_error(exc: grpc.RpcError) -> StromError:
-    """A failed call as a StromError, reading the Kafka code from the status details.
-
-    ``strom.protocol.status.from_rpc_error`` reads trailers as the sync API shapes them (pairs);
-    ``grpc.aio`` errors carry an ``aio.Metadata`` mapping instead, so the details are read here
-    first and the rest (transport failures) is left to ``from_rpc_error``.
-    """
-    if isinstance(exc, grpc.aio.AioRpcError):
-        trailers: Any = exc.trailing_metadata()
-        raw = trailers.get(_DETAILS_KEY) if trailers is not None else None
-        if isinstance(raw, bytes):
-            try:
-                found = from_status_proto(status_pb2.Status.FromString(raw))
-            except Exception:  # malformed details: fall back to the status code
-                found = None
-            if found is not None:
-                return found
+    """A failed call (sync or ``grpc.aio``) as a StromError with the broker's Kafka code."""
     return from_rpc_error(exc)
 
 

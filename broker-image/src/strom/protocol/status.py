@@ -71,20 +71,42 @@ def from_status_proto(status: status_pb2.Status | None) -> StromError | None:
     return None
 
 
+_DETAILS_KEY = "grpc-status-details-bin"
+
+
+def _details_from_trailers(exc: grpc.RpcError) -> StromError | None:
+    """Read our ErrorInfo from the status-details trailer of a sync or ``grpc.aio`` error.
+
+    The sync API returns trailers as (key, value) pairs, ``grpc.aio`` as an ``aio.Metadata``
+    mapping; both iterate as pairs, so one reader serves both (``rpc_status.from_call`` only
+    understands the sync shape).
+    """
+    getter = getattr(exc, "trailing_metadata", None)
+    if getter is None:
+        return None
+    try:
+        trailers = getter()
+    except Exception:
+        return None
+    for item in trailers or ():
+        key, value = item if isinstance(item, tuple) else (item, trailers[item])
+        if key == _DETAILS_KEY and isinstance(value, bytes):
+            try:
+                return from_status_proto(status_pb2.Status.FromString(value))
+            except Exception:  # malformed details: fall back to the status code
+                return None
+    return None
+
+
 def from_rpc_error(exc: grpc.RpcError) -> StromError:
     """Turn any failed gRPC call into a StromError.
 
     Calls that carry our ErrorInfo keep its Kafka code; transport failures (broker down,
     deadline) become retriable NETWORK_EXCEPTION / REQUEST_TIMED_OUT so callers retry them.
     """
-    call = exc if isinstance(exc, grpc.Call) else None
-    if call is not None:
-        try:
-            found = from_status_proto(rpc_status.from_call(call))
-        except ValueError:
-            found = None
-        if found is not None:
-            return found
+    found = _details_from_trailers(exc)
+    if found is not None:
+        return found
     code = exc.code() if hasattr(exc, "code") else None
     details = exc.details() if hasattr(exc, "details") else str(exc)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

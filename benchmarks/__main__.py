@@ -75,7 +75,7 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
         for topic, label in (("empty", "strom (empty log)"), ("big", "strom (big log)")):
             c = _consume_tail(bs, topic, n)
             results.append(Result(label, "growth", "consume tail", c.records_per_s, "records/s",
-                                  peer="strom (empty log)" if topic == "big" else None))
+                                  peers=["strom (empty log)"] if topic == "big" else []))
 
 
 def _consume_tail(bs: str, topic: str, n: int) -> sw.Throughput:

@@ -113,3 +113,30 @@ def test_ctrl_c_stops_the_consumer_cleanly(broker: Any, strom: Any, strom_cmd: l
     assert proc.returncode == 130
     assert "Traceback" not in err
     assert "Processed a total of 0 messages." in err
+
+
+def test_a_closed_pipe_ends_the_consumer_quietly(broker: Any, strom: Any, strom_cmd: list[str]
+                                                 ) -> None:
+    """``strom consume t | head -1``: exit 0, no traceback, the true count."""
+    create(strom, broker, "piped", 1)
+    r = strom("produce", "piped", "--bootstrap-server", broker.bootstrap,
+              input="".join(f"line {i}\n" for i in range(5000)))
+    assert r.returncode == 0, r.stderr
+    proc = subprocess.Popen(
+        [*strom_cmd, "consume", "piped", "--from-beginning", "--timeout-ms", "5000",
+         "--bootstrap-server", broker.bootstrap],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline() == b"line 0\n"
+        proc.stdout.close()  # the reader goes away
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
+    assert "Processed a total of" in err

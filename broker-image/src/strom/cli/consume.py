@@ -166,8 +166,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     try:
         consumer.assign(tps)
         _seek(consumer, tps, start)
-        rule.saw(0)
-        rule.last_record = time.monotonic()
+        rule.last_record = time.monotonic()  # the idle clock starts once positioned
         while not rule.done():
             remaining = rule.remaining()
             records: Sequence[Any] = consumer.poll(
@@ -179,9 +178,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
             for record in records:
                 out.write(format_record(record, args.output, args.print_key, args.print_headers))
                 out.write(b"\n")
+                rule.saw(1)  # counted as written, so a closed pipe reports the true count
             if records:
                 out.flush()
-            rule.saw(len(records))
     except KeyboardInterrupt:
         interrupted = True  # the normal way to stop a consumer without limits: no traceback
     finally:

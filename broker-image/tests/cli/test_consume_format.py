@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
+
 from strom.cli.consume import StopRule, format_record, format_text, record_to_json, start_position
 from strom.cli.errors import UsageError
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strom.cli.demo import Phase, Verifier, make_key, make_value, parse_seq, summary_table
 from strom.cli.errors import CliError
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from strom.cli import dev
 from strom.cli.errors import CliError, UsageError
 from strom.cli.main import classify, main

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Iterator
 
 import pytest
+
 from strom import __version__
 from strom.cli.main import build_parser, main
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from strom.cli import localcluster as lc
 from strom.cli.errors import CliError, UsageError
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import yaml
+
 from strom.cli.output import bytes_field, cell, format_table, human_bytes, render
 
 

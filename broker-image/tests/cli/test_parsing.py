@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strom.cli.errors import UsageError
 from strom.cli.parsing import (
     default_bootstrap,

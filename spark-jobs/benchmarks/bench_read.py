@@ -115,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"topic {topic}: {args.records} records x {args.value_size} B in 4 partitions "
               f"(produced at {produce_rate:,.0f} records/s)")
 
-        import strom_spark
         from pyspark.sql import SparkSession
+
+        import strom_spark
 
         spark = (SparkSession.builder.master(args.master).appName("bench-read")
                  .config("spark.ui.enabled", "false")

@@ -18,8 +18,9 @@ def spark_session(app_name: str, master: str | None, conf: list[str] | None = No
     if master and master.startswith("local"):
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    import strom_spark
     from pyspark.sql import SparkSession
+
+    import strom_spark
 
     builder = SparkSession.builder.appName(app_name)
     if master:

@@ -93,8 +93,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    import strom_spark
     from pyspark.sql import SparkSession
+
+    import strom_spark
 
     session = (
         SparkSession.builder.master("local[2]")

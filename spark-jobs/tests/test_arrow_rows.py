@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
+
 from strom_spark.rows import arrow_schema, spark_schema, to_record_batch, to_tuples
 
 

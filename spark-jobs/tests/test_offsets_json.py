@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from strom_spark.errors import StromOptionError
 from strom_spark.offsets import (
     TopicPartition,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strom_spark.errors import StromOptionError
 from strom_spark.offsets import TopicPartition
 from strom_spark.options import parse_read_options, parse_write_options

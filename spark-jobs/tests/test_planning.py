@@ -7,6 +7,7 @@ import itertools
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from strom_spark.errors import StromDataLossError, StromOptionError, StromTopicError
 from strom_spark.offsets import TopicPartition as TP
 from strom_spark.options import EARLIEST_SPEC, LATEST_SPEC, OffsetSpec, Subscription

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from strom.broker.config import BrokerConfig
 from strom.broker.core import BrokerCore
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from strom.broker.__main__ import main, parse_sets
 from strom.broker.config import (
     KEYS,

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
+
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches, encode_batch
 from strom.protocol.status import from_rpc_error

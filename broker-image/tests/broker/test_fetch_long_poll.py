@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+
 from strom.broker import fetch, produce
 from strom.broker.core import BrokerCore
 from strom.protocol.errors import ErrorCode, StromError

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from strom.broker.metadata import METADATA_FILE, BrokerInfo, LocalMetadataStore
 from strom.protocol.errors import ErrorCode, StromError
 

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 from prometheus_client import generate_latest
+
 from strom.broker import fetch, produce
 from strom.broker.core import BrokerCore
 from strom.protocol.records import encode_batch

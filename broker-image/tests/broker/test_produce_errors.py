@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+
 from strom.broker import produce
 from strom.broker.core import BrokerCore
 from strom.protocol.errors import ErrorCode, StromError

@@ -7,6 +7,7 @@ from typing import Any, NoReturn
 import grpc
 import pytest
 from google.rpc import status_pb2
+
 from strom.broker.core import BrokerCore
 from strom.broker.service import call
 from strom.protocol.errors import ErrorCode, StromError

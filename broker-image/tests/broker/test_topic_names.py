@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strom.broker.topics import validate_topic_name
 from strom.protocol.errors import ErrorCode, StromError
 

@@ -25,6 +25,7 @@ import random
 from dataclasses import dataclass, field
 
 import pytest
+
 from strom.controller.messages import LogEntry, Message
 from strom.controller.raft import (
     Action,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from strom.controller.messages import LogEntry
 from strom.controller.raft import Persist, Snapshot
 from strom.controller.raftlog import DiskRaftLog, MemoryRaftLog, RaftLog, persist

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from strom.protocol.records import encode_batch
 from strom.storage import LogConfig, PartitionLog
 

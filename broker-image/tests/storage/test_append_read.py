@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+
 from strom.protocol.batch import iter_headers
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches, encode_batch

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from strom.protocol.records import decode_batches, encode_batch
 from strom.storage import LogConfig, PartitionLog
 

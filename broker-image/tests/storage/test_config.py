@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strom.protocol.errors import ErrorCode, StromError
 from strom.storage import TOPIC_CONFIG_DEFS, LogConfig, parse_topic_configs, topic_config_entries
 

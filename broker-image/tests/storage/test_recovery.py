@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from strom.protocol.records import decode_batches, encode_batch
 from strom.storage import LogConfig, PartitionLog
 

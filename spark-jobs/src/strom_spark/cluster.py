@@ -25,7 +25,6 @@ from types import TracebackType
 
 from strom.client import Admin, Consumer, Record
 from strom.client import TopicPartition as ClientTP
-
 from strom_spark.errors import StromDataLossError, StromTopicError
 from strom_spark.offsets import PartitionOffsets, TopicPartition
 from strom_spark.planning import DataLoss, OffsetRange, data_loss_message

@@ -1,0 +1,41 @@
+"""The benchmark harness runs end to end (seconds-long smoke profile) so it never rots.
+
+It checks the shape of the output, not speed: performance claims live in the full benchmark
+run, never in timed tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ours / peer" in proc.stdout
+    [latest] = tmp_path.glob("strom-smoke-latest.json")
+    doc = json.loads(latest.read_text())
+    assert doc["machine"]["cpus"] >= 1
+    rows = {(r["system"], r["workload"], r["metric"]) for r in doc["results"]}
+    for metric in ("produce", "consume", "e2e p99 @1000/s"):
+        assert ("strom", "1p-100B", metric) in rows
+    assert ("strom (big log)", "growth", "produce") in rows
+    values = [r["value"] for r in doc["results"] if r["system"] == "strom"]
+    assert all(v > 0 for v in values)
+    peers = {r["system"] for r in doc["results"]} - {"strom", "strom (empty log)",
+                                                      "strom (big log)"}
+    for r in doc["results"]:
+        if r["system"] == "strom" and peers:
+            assert set(r["ratios"]) == peers, "every Strom row carries a ratio to each peer"

@@ -119,6 +119,7 @@ def test_every_cel_rule_in_the_crds_has_a_python_twin():
 
 def test_transition_rules_are_not_under_lists():
     """CEL transition rules need a correlatable old value: never below an array."""
+
     def walk(doc, under_list):
         if isinstance(doc, dict):
             for v in doc.get("x-kubernetes-validations", []):

@@ -1,4 +1,4 @@
-"""Desired objects of a StromCluster: shape, labels, owners, probes, and Kubernetes schema validity."""
+"""Desired objects of a StromCluster: shape, labels, owners, probes, Kubernetes schema validity."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ def _spec(**extra):
 
 
 FULL = _spec(
-    rack={}, metrics={"serviceMonitor": {"enabled": True}}, networkPolicy={"enabled": True},
+    rack={},
+    metrics={"serviceMonitor": {"enabled": True}},
+    networkPolicy={"enabled": True},
     resources={"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
     storage={"size": "10Gi", "storageClassName": "fast", "deleteClaim": True},
 )
@@ -45,8 +47,14 @@ def test_every_object_validates_against_kubernetes(spec):
 
 def test_objects_and_order():
     kinds = [o["kind"] for o in manifests.desired_objects(REF, _spec())]
-    assert kinds == ["ServiceAccount", "ConfigMap", "Service", "Service", "StatefulSet",
-                     "PodDisruptionBudget"]
+    assert kinds == [
+        "ServiceAccount",
+        "ConfigMap",
+        "Service",
+        "Service",
+        "StatefulSet",
+        "PodDisruptionBudget",
+    ]
     full = [o["kind"] for o in manifests.desired_objects(REF, FULL)]
     assert {"ClusterRoleBinding", "ServiceMonitor", "NetworkPolicy"} <= set(full)
 
@@ -61,9 +69,14 @@ def test_labels_and_owner_references():
             assert "ownerReferences" not in obj["metadata"]  # cleaned up by the delete handler
             continue
         (owner,) = obj["metadata"]["ownerReferences"]
-        assert owner == {"apiVersion": "strom.dev/v1alpha1", "kind": "StromCluster",
-                         "name": "my-cluster", "uid": "3f1c-uid", "controller": True,
-                         "blockOwnerDeletion": True}
+        assert owner == {
+            "apiVersion": "strom.dev/v1alpha1",
+            "kind": "StromCluster",
+            "name": "my-cluster",
+            "uid": "3f1c-uid",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
         assert obj["metadata"]["namespace"] == "kafka"
 
 
@@ -82,15 +95,19 @@ def test_statefulset():
     assert broker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     ports = {p["name"]: p["containerPort"] for p in broker["ports"]}
     assert ports == {"grpc": 9092, "metrics": 9404}
-    assert broker["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"},
-                                   "limits": {"memory": "2Gi"}}
+    assert broker["resources"] == {
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"memory": "2Gi"},
+    }
     assert broker["command"][:3] == ["strom", "broker", "start"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert broker["securityContext"]["allowPrivilegeEscalation"] is False
     anti = pod["affinity"]["podAntiAffinity"]
     keys = {t["topologyKey"] for t in anti["requiredDuringSchedulingIgnoredDuringExecution"]}
-    keys |= {t["podAffinityTerm"]["topologyKey"]
-             for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]}
+    keys |= {
+        t["podAffinityTerm"]["topologyKey"]
+        for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    }
     assert keys == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
     env = {e["name"]: e for e in pod["initContainers"][0]["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
@@ -143,8 +160,11 @@ def test_broker_accepts_every_key_we_write():
         mod = importlib.import_module("strom.broker.config")
     if mod is None or not hasattr(mod, "KEYS"):
         pytest.skip("strom.broker.config not importable")
-    written = set(manifests.broker_config(REF, FULL)) | {"broker.id", "advertised.host",
-                                                         "broker.rack"}
+    written = set(manifests.broker_config(REF, FULL)) | {
+        "broker.id",
+        "advertised.host",
+        "broker.rack",
+    }
     written |= specs.USER_BROKER_KEYS
     assert written <= set(mod.KEYS), written - set(mod.KEYS)
 
@@ -169,13 +189,22 @@ def test_service_monitor_and_network_policy():
 
 
 def test_broker_init_renders_per_pod_config():
-    out = broker_init.render("port=9092\n", pod_name="my-cluster-broker-2",
-                             headless_domain="my-cluster-brokers.kafka.svc", rack="eu-1a")
+    out = broker_init.render(
+        "port=9092\n",
+        pod_name="my-cluster-broker-2",
+        headless_domain="my-cluster-brokers.kafka.svc",
+        rack="eu-1a",
+    )
     props = _properties(out)
-    assert props == {"port": "9092", "broker.id": "2", "broker.rack": "eu-1a",
-                     "advertised.host": "my-cluster-broker-2.my-cluster-brokers.kafka.svc"}
-    assert "broker.rack" not in _properties(broker_init.render(
-        "", pod_name="c-broker-0", headless_domain="d", rack=""))
+    assert props == {
+        "port": "9092",
+        "broker.id": "2",
+        "broker.rack": "eu-1a",
+        "advertised.host": "my-cluster-broker-2.my-cluster-brokers.kafka.svc",
+    }
+    assert "broker.rack" not in _properties(
+        broker_init.render("", pod_name="c-broker-0", headless_domain="d", rack="")
+    )
     with pytest.raises(ValueError, match="ordinal"):
         broker_init.broker_id_of("no-ordinal-here")
 

@@ -9,10 +9,18 @@ from strom_operator.model.quantity import parse_quantity
 from strom_operator.model.specs import Autoscale, ScaleTarget, parse_topic
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("10Gi", 10 * 2**30), ("500m", 0.5), ("1.5G", 1_500_000_000), ("1e3", 1000), ("2E", 2 * 10**18),
-    ("100", 100), ("1Ki", 1024),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("10Gi", 10 * 2**30),
+        ("500m", 0.5),
+        ("1.5G", 1_500_000_000),
+        ("1e3", 1000),
+        ("2E", 2 * 10**18),
+        ("100", 100),
+        ("1Ki", 1024),
+    ],
+)
 def test_parse_quantity(text, value):
     assert parse_quantity(text) == value
 
@@ -34,14 +42,25 @@ def test_storage_grow_shrink_and_not_expandable():
 
 
 def test_scaling_out_grows_at_once():
-    d = scaling.decide(desired=5, current=3, registered=None, replicas_per_broker=None,
-                       max_replication_factor=3, reassignment_in_progress=False)
+    d = scaling.decide(
+        desired=5,
+        current=3,
+        registered=None,
+        replicas_per_broker=None,
+        max_replication_factor=3,
+        reassignment_in_progress=False,
+    )
     assert d.step == "GrowStatefulSet"
 
 
 def test_scaling_in_refuses_below_rf_and_drains_first():
-    common = dict(desired=2, current=5, registered=frozenset(range(5)),
-                  max_replication_factor=3, reassignment_in_progress=False)
+    common = dict(
+        desired=2,
+        current=5,
+        registered=frozenset(range(5)),
+        max_replication_factor=3,
+        reassignment_in_progress=False,
+    )
     assert scaling.decide(**common, replicas_per_broker={}).step == "Refuse"
     common["desired"] = 3
     d = scaling.decide(**common, replicas_per_broker={0: 4, 3: 2, 4: 0})
@@ -58,8 +77,9 @@ def test_scaling_steady_waits_for_registration_then_rebalances():
     base = dict(desired=5, current=5, max_replication_factor=3, reassignment_in_progress=False)
     d = scaling.decide(**base, registered=frozenset({0, 1, 2}), replicas_per_broker=None)
     assert d.step == "WaitForBrokers"
-    d = scaling.decide(**base, registered=frozenset(range(5)),
-                       replicas_per_broker={0: 4, 1: 4, 2: 4, 3: 0, 4: 0})
+    d = scaling.decide(
+        **base, registered=frozenset(range(5)), replicas_per_broker={0: 4, 1: 4, 2: 4, 3: 0, 4: 0}
+    )
     assert d.step == "Rebalance"
 
 
@@ -118,15 +138,19 @@ def test_autoscale_scale_to_zero_and_activation():
 
 def test_autoscale_cooldown_only_delays_scale_down():
     spec = _auto(cooldown_seconds=300)
-    up = autoscale.decide(spec, total_lag=900, partitions=12, current=2,
-                          seconds_since_last_scale=10)
+    up = autoscale.decide(
+        spec, total_lag=900, partitions=12, current=2, seconds_since_last_scale=10
+    )
     assert up.changed and up.replicas == 9
-    down = autoscale.decide(spec, total_lag=100, partitions=12, current=9,
-                            seconds_since_last_scale=10)
+    down = autoscale.decide(
+        spec, total_lag=100, partitions=12, current=9, seconds_since_last_scale=10
+    )
     assert not down.changed and "cooling down" in down.reason
-    later = autoscale.decide(spec, total_lag=100, partitions=12, current=9,
-                             seconds_since_last_scale=301)
+    later = autoscale.decide(
+        spec, total_lag=100, partitions=12, current=9, seconds_since_last_scale=301
+    )
     assert later.changed and later.replicas == 1
-    unknown = autoscale.decide(spec, total_lag=None, partitions=12, current=3,
-                               seconds_since_last_scale=None)
+    unknown = autoscale.decide(
+        spec, total_lag=None, partitions=12, current=3, seconds_since_last_scale=None
+    )
     assert not unknown.changed

@@ -7,8 +7,9 @@ from strom_operator.model.rolling import BrokerPod, next_restart, roll_order
 
 def pods(n, stale=(), unready=(), terminating=()):
     return [
-        BrokerPod(f"c-broker-{i}", i, "old" if i in stale else "new", i not in unready,
-                  i in terminating)
+        BrokerPod(
+            f"c-broker-{i}", i, "old" if i in stale else "new", i not in unready, i in terminating
+        )
         for i in range(n)
     ]
 

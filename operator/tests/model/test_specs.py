@@ -28,12 +28,15 @@ def test_missing_storage_names_the_field_and_fix():
 
 
 def test_every_bad_field_is_reported_at_once():
-    errs = errors_of(specs.parse_cluster, {
-        "storage": {"size": "ten gigs"},
-        "brokers": {"replicas": 0},
-        "imagePullPolicy": "Sometimes",
-        "replicas": 3,
-    })
+    errs = errors_of(
+        specs.parse_cluster,
+        {
+            "storage": {"size": "ten gigs"},
+            "brokers": {"replicas": 0},
+            "imagePullPolicy": "Sometimes",
+            "replicas": 3,
+        },
+    )
     assert "spec.storage.size" in errs and "quantity" in errs["spec.storage.size"]
     assert "spec.brokers.replicas" in errs and ">= 1" in errs["spec.brokers.replicas"]
     assert "spec.imagePullPolicy" in errs and "'Always'" in errs["spec.imagePullPolicy"]
@@ -41,38 +44,60 @@ def test_every_bad_field_is_reported_at_once():
 
 
 def test_booleans_are_not_integers():
-    errs = errors_of(specs.parse_cluster, {"storage": {"size": "1Gi"}, "brokers": {"replicas": True}})
+    errs = errors_of(
+        specs.parse_cluster, {"storage": {"size": "1Gi"}, "brokers": {"replicas": True}}
+    )
     assert "spec.brokers.replicas" in errs
 
 
 def test_broker_config_rules():
-    errs = errors_of(specs.parse_cluster, {
-        "storage": {"size": "1Gi"}, "brokers": {"replicas": 3},
-        "config": {"broker.id": 7},
-    })
+    errs = errors_of(
+        specs.parse_cluster,
+        {
+            "storage": {"size": "1Gi"},
+            "brokers": {"replicas": 3},
+            "config": {"broker.id": 7},
+        },
+    )
     assert "spec.config" in errs and "broker.id" in errs["spec.config"]
-    errs = errors_of(specs.parse_cluster, {
-        "storage": {"size": "1Gi"}, "brokers": {"replicas": 3},
-        "config": {"default.replication.factor": 5, "min.insync.replicas": "x",
-                   "num.partitons": 3},
-    })
+    errs = errors_of(
+        specs.parse_cluster,
+        {
+            "storage": {"size": "1Gi"},
+            "brokers": {"replicas": 3},
+            "config": {
+                "default.replication.factor": 5,
+                "min.insync.replicas": "x",
+                "num.partitons": 3,
+            },
+        },
+    )
     assert "lower it or add brokers" in errs["spec.config[default.replication.factor]"]
     assert "integer" in errs["spec.config[min.insync.replicas]"]
     assert "num.partitions" in errs["spec.config[num.partitons]"]
 
 
 def test_quorum_must_fit_in_brokers():
-    errs = errors_of(specs.parse_cluster, {
-        "storage": {"size": "1Gi"}, "brokers": {"replicas": 1}, "controllers": {"replicas": 3},
-    })
+    errs = errors_of(
+        specs.parse_cluster,
+        {
+            "storage": {"size": "1Gi"},
+            "brokers": {"replicas": 1},
+            "controllers": {"replicas": 3},
+        },
+    )
     assert "spec.controllers.replicas" in errs
 
 
 def test_topic_spec_errors():
-    errs = errors_of(specs.parse_topic, {
-        "partitions": 0, "config": {"retention.msec": 1, "retention.ms": "soon"},
-        "topicName": "bad name!",
-    })
+    errs = errors_of(
+        specs.parse_topic,
+        {
+            "partitions": 0,
+            "config": {"retention.msec": 1, "retention.ms": "soon"},
+            "topicName": "bad name!",
+        },
+    )
     assert "spec.clusterRef" in errs and "my-cluster" in errs["spec.clusterRef"]
     assert "spec.partitions" in errs
     assert "spec.topicName" in errs
@@ -80,30 +105,51 @@ def test_topic_spec_errors():
 
 
 def test_topic_min_isr_above_rf():
-    errs = errors_of(specs.parse_topic, {
-        "clusterRef": {"name": "c"}, "replicationFactor": 2, "config": {"min.insync.replicas": 3},
-    })
+    errs = errors_of(
+        specs.parse_topic,
+        {
+            "clusterRef": {"name": "c"},
+            "replicationFactor": 2,
+            "config": {"min.insync.replicas": 3},
+        },
+    )
     assert "min.insync.replicas" in errs["spec.config"]
 
 
 def test_consumer_group_errors():
-    errs = errors_of(specs.parse_consumer_group, {
-        "clusterRef": {"name": "c"}, "topics": [],
-        "resetOffsets": {"to": "timestamp"},
-        "autoscale": {"target": {"name": "w"}, "minReplicas": 5, "maxReplicas": 2,
-                      "lagPerReplica": 0},
-    })
+    errs = errors_of(
+        specs.parse_consumer_group,
+        {
+            "clusterRef": {"name": "c"},
+            "topics": [],
+            "resetOffsets": {"to": "timestamp"},
+            "autoscale": {
+                "target": {"name": "w"},
+                "minReplicas": 5,
+                "maxReplicas": 2,
+                "lagPerReplica": 0,
+            },
+        },
+    )
     assert "spec.topics" in errs and "at least 1" in errs["spec.topics"]
     assert "spec.autoscale.lagPerReplica" in errs
 
 
 def test_consumer_group_cross_field_rules():
-    errs = errors_of(specs.parse_consumer_group, {
-        "clusterRef": {"name": "c"}, "topics": ["t"],
-        "resetOffsets": {"to": "offset"},
-        "autoscale": {"target": {"name": "w"}, "minReplicas": 5, "maxReplicas": 2,
-                      "lagPerReplica": 10},
-    })
+    errs = errors_of(
+        specs.parse_consumer_group,
+        {
+            "clusterRef": {"name": "c"},
+            "topics": ["t"],
+            "resetOffsets": {"to": "offset"},
+            "autoscale": {
+                "target": {"name": "w"},
+                "minReplicas": 5,
+                "maxReplicas": 2,
+                "lagPerReplica": 10,
+            },
+        },
+    )
     assert "spec.resetOffsets" in errs
     assert "spec.autoscale.minReplicas" in errs
 
@@ -120,5 +166,6 @@ def test_transition_rules():
     b = specs.parse_cluster({"storage": {"size": "5Gi", "storageClassName": "slow"}})
     messages = " ".join(e.message for e in specs.check_transition(b, a))
     assert "only grow" in messages and "storageClassName" in messages
-    assert specs.check_transition(a, b) == [e for e in specs.check_transition(a, b)
-                                             if "storageClassName" in e.message]
+    assert specs.check_transition(a, b) == [
+        e for e in specs.check_transition(a, b) if "storageClassName" in e.message
+    ]

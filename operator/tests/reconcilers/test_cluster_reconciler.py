@@ -1,0 +1,204 @@
+"""The StromCluster reconcile steps against an in-memory API."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom_operator.model import manifests
+from strom_operator.reconcilers import cluster as rc
+from tests.reconcilers.fake import FakeApi
+
+
+def body(spec=None, generation=1, name="c", status=None):
+    return {
+        "apiVersion": "strom.dev/v1alpha1",
+        "kind": "StromCluster",
+        "metadata": {"name": name, "namespace": "ns", "uid": "u-1", "generation": generation},
+        "spec": spec if spec is not None else {"storage": {"size": "10Gi"}},
+        "status": status or {},
+    }
+
+
+def cond(api, type_, name="c"):
+    obj = api.find("StromCluster", name)
+    return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
+
+
+def test_first_reconcile_creates_everything_and_reports_not_ready():
+    api = FakeApi()
+    out = rc.ClusterReconciler(api).reconcile(body())
+    kinds = sorted(k for (_, k, _, _) in api.objects)
+    assert kinds == sorted(
+        [
+            "ServiceAccount",
+            "ConfigMap",
+            "Service",
+            "Service",
+            "StatefulSet",
+            "PodDisruptionBudget",
+            "StromCluster",
+        ]
+    )
+    ready = cond(api, "Ready")
+    assert ready["status"] == "False" and ready["observedGeneration"] == 1
+    status = api.find("StromCluster", "c")["status"]
+    assert status["selector"] == manifests.label_selector("c")
+    assert status["bootstrapServers"] == "c-bootstrap.ns.svc:9092"
+    assert out.requeue
+
+
+def test_idempotent_and_ready_when_the_statefulset_is():
+    api = FakeApi()
+    r = rc.ClusterReconciler(api)
+    r.reconcile(body())
+    before = {k: v for k, v in api.objects.items() if k[1] != "StromCluster"}
+    api.find("StatefulSet", "c-broker")["status"] = {"replicas": 3, "readyReplicas": 3}
+    r.reconcile(body())
+    after = {k: v for k, v in api.objects.items() if k[1] not in ("StromCluster",)}
+    assert before.keys() == after.keys()
+    assert cond(api, "Ready")["status"] == "True"
+    assert api.find("StromCluster", "c")["status"]["brokers"] == 3
+
+
+def test_invalid_spec_is_a_permanent_error_with_status():
+    api = FakeApi()
+    with pytest.raises(rc.ReconcileError) as err:
+        rc.ClusterReconciler(api).reconcile(
+            body({"storage": {"size": "lots"}, "brokers": {"replicas": 0}})
+        )
+    assert err.value.permanent and err.value.reason == "InvalidSpec"
+    ready = cond(api, "Ready")
+    assert ready["reason"] == "InvalidSpec"
+    assert "spec.storage.size" in ready["message"] and "spec.brokers.replicas" in ready["message"]
+    assert not any(k[1] == "StatefulSet" for k in api.objects)
+
+
+def test_invalid_transition_is_refused():
+    api = FakeApi()
+    old = {"storage": {"size": "20Gi"}}
+    with pytest.raises(rc.ReconcileError) as err:
+        rc.ClusterReconciler(api).reconcile(body({"storage": {"size": "10Gi"}}), old_spec=old)
+    assert err.value.reason == "InvalidChange" and "only grow" in str(err.value)
+
+
+def test_api_failure_is_retryable_and_reported():
+    api = FakeApi()
+    api.fail_apply["StatefulSet"] = 500
+    with pytest.raises(rc.ReconcileError) as err:
+        rc.ClusterReconciler(api).reconcile(body())
+    assert not err.value.permanent and err.value.reason == "ApplyFailed"
+    assert "StatefulSet c-broker" in cond(api, "Ready")["message"]
+
+
+def test_missing_service_monitor_crd_is_a_warning_not_a_failure():
+    api = FakeApi()
+    api.fail_apply["ServiceMonitor"] = 404
+    out = rc.ClusterReconciler(api).reconcile(
+        body({"storage": {"size": "1Gi"}, "metrics": {"serviceMonitor": {"enabled": True}}})
+    )
+    assert any(e.reason == "NoServiceMonitorCRD" for e in out.events)
+
+
+def test_scale_out_applies_at_once_scale_in_waits_for_drain():
+    api = FakeApi()
+    r = rc.ClusterReconciler(api)
+    r.reconcile(body())
+    r.reconcile(body({"storage": {"size": "10Gi"}, "brokers": {"replicas": 5}}))
+    assert api.find("StatefulSet", "c-broker")["spec"]["replicas"] == 5
+    r.reconcile(body({"storage": {"size": "10Gi"}, "brokers": {"replicas": 3}}))
+    assert api.find("StatefulSet", "c-broker")["spec"]["replicas"] == 5, "no shrink before drain"
+    assert cond(api, "Scaling")["reason"] == "WaitForDrain"
+
+
+class DrainedAdmin:
+    def __init__(self, per_broker, rf=3):
+        self.per_broker = per_broker
+        self.rf = rf
+
+    def describe(self, ref, spec):
+        return rc.ClusterState(
+            registered=frozenset(self.per_broker),
+            replicas_per_broker=self.per_broker,
+            max_replication_factor=self.rf,
+            partitions=10,
+            under_replicated=0,
+            active_controller=0,
+            reassignment_in_progress=False,
+        )
+
+
+def test_scale_in_shrinks_once_drained_and_refuses_below_rf():
+    api = FakeApi()
+    rc.ClusterReconciler(api).reconcile(
+        body({"storage": {"size": "1Gi"}, "brokers": {"replicas": 5}})
+    )
+    spec3 = {"storage": {"size": "1Gi"}, "brokers": {"replicas": 3}}
+    rc.ClusterReconciler(api, DrainedAdmin({0: 5, 1: 5, 2: 5, 3: 0, 4: 0})).reconcile(body(spec3))
+    assert api.find("StatefulSet", "c-broker")["spec"]["replicas"] == 3
+    spec2 = {
+        "storage": {"size": "1Gi"},
+        "brokers": {"replicas": 2},
+        "config": {"default.replication.factor": 2},
+    }
+    rc.ClusterReconciler(api, DrainedAdmin({0: 5, 1: 5, 2: 5})).reconcile(body(spec2))
+    assert api.find("StatefulSet", "c-broker")["spec"]["replicas"] == 3
+    assert cond(api, "Scaling")["reason"] == "ScaleInRefused"
+
+
+def _pvc(name, size):
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": "ns", "labels": manifests.labels("c")},
+        "spec": {"resources": {"requests": {"storage": size}}},
+    }
+
+
+def test_storage_growth_patches_claims_and_shrink_is_reported():
+    api = FakeApi()
+    for i in range(3):
+        api.put(_pvc(f"data-c-broker-{i}", "10Gi"))
+    rc.ClusterReconciler(api).reconcile(body({"storage": {"size": "20Gi"}}))
+    sizes = {
+        api.find("PersistentVolumeClaim", f"data-c-broker-{i}")["spec"]["resources"]["requests"][
+            "storage"
+        ]
+        for i in range(3)
+    }
+    assert sizes == {"20Gi"}
+    rc.ClusterReconciler(api).reconcile(body({"storage": {"size": "5Gi"}}))
+    c = cond(api, "StorageResizing")
+    assert c["reason"] == "RejectShrink" and "can not shrink" in c["message"]
+
+
+def _pod(i, hash_, ready=True):
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"c-broker-{i}",
+            "namespace": "ns",
+            "labels": manifests.labels("c"),
+            "annotations": {manifests.CONFIG_HASH_ANNOTATION: hash_},
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_rolling_restart_deletes_one_stale_pod_per_reconcile():
+    api = FakeApi()
+    for i in range(3):
+        api.put(_pod(i, "stale"))
+    rc.ClusterReconciler(api).reconcile(body())
+    deleted = [c for c in api.calls if c[0] == "delete"]
+    assert deleted == [("delete", "Pod", "c-broker-1")], "non-controller brokers first"
+    assert cond(api, "RollingRestart")["status"] == "True"
+
+
+def test_cleanup_removes_the_rack_binding():
+    api = FakeApi()
+    b = body({"storage": {"size": "1Gi"}, "rack": {}})
+    rc.ClusterReconciler(api).reconcile(b)
+    assert api.find("ClusterRoleBinding", "strom-broker-rack-ns-c") is not None
+    rc.cleanup(api, b)
+    assert api.find("ClusterRoleBinding", "strom-broker-rack-ns-c") is None

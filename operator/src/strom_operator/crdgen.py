@@ -82,6 +82,7 @@ CLUSTER_STATUS = _obj(
         "ready": {"type": "string", "description": "Ready brokers / brokers, e.g. 3/3."},
         "partitions": {"type": "integer", "minimum": 0},
         "underReplicatedPartitions": {"type": "integer", "minimum": 0},
+        "offlinePartitions": {"type": "integer", "minimum": 0},
         "configHash": {"type": "string"},
         "rebalance": _obj(
             {

@@ -11,6 +11,7 @@ from typing import Any
 
 import kopf
 
+from strom_operator.handlers import metrics
 from strom_operator.reconcilers import cluster as reconciler
 from strom_operator.reconcilers.kube import KubernetesApi
 
@@ -31,13 +32,20 @@ def _post(body: kopf.Body, events: list[reconciler.Event]) -> None:
 def run(body: kopf.Body, old_spec: dict[str, Any] | None, retry: int) -> None:
     raw = dict(body)
     try:
-        outcome = reconciler.ClusterReconciler(KubernetesApi()).reconcile(raw, old_spec)
+        with metrics.RECONCILE_SECONDS.labels("StromCluster").time():
+            outcome = reconciler.ClusterReconciler(KubernetesApi()).reconcile(raw, old_spec)
     except reconciler.ReconcileError as err:
+        result = "invalid" if err.permanent else "error"
+        metrics.RECONCILE_TOTAL.labels("StromCluster", result).inc()
         if err.permanent:
             kopf.warn(body, reason=err.reason, message=str(err)[:1000])
             raise kopf.PermanentError(str(err)) from err
         kopf.warn(body, reason=err.reason, message=f"{err} (retry in {backoff(retry):.0f}s)")
         raise kopf.TemporaryError(str(err), delay=backoff(retry)) from err
+    metrics.RECONCILE_TOTAL.labels("StromCluster", "ok").inc()
+    metrics.record_cluster_status(
+        body.metadata.namespace or "", body.metadata.name or "", outcome.status
+    )
     _post(body, outcome.events)
 
 

@@ -52,6 +52,7 @@ class ClusterState:
     under_replicated: int
     active_controller: int | None
     reassignment_in_progress: bool
+    offline: int = 0
 
 
 class ClusterAdmin(Protocol):
@@ -335,6 +336,7 @@ class ClusterReconciler:
         if ctx.state is not None:
             ctx.status["partitions"] = ctx.state.partitions
             ctx.status["underReplicatedPartitions"] = ctx.state.under_replicated
+            ctx.status["offlinePartitions"] = ctx.state.offline
         ctx.condition(conditions.RECONCILED, "True", "Applied", "all objects applied")
         if ready >= want and replicas == want and not ctx.requeue:
             ctx.condition(conditions.READY, "True", "Ready", f"{ready}/{want} brokers ready")

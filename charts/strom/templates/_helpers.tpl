@@ -1,0 +1,73 @@
+{{- define "strom.fullname" -}}
+{{- if contains "strom" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-strom" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "strom.labels" -}}
+app.kubernetes.io/name: strom-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: strom
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "strom.selectorLabels" -}}
+app.kubernetes.io/name: strom-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "strom.serviceAccountName" -}}
+{{- default (include "strom.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "strom.watchNamespaces" -}}
+{{- if .Values.watch.namespaces -}}
+{{- join "," .Values.watch.namespaces -}}
+{{- else -}}
+{{- .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* RBAC rules the operator needs inside each watched namespace. */}}
+{{- define "strom.namespacedRules" }}
+  - apiGroups: ["strom.dev"]
+    resources: [stromclusters, stromtopics, stromconsumergroups]
+    verbs: [get, list, watch, patch, update]
+  - apiGroups: ["strom.dev"]
+    resources: [stromclusters/status, stromtopics/status, stromconsumergroups/status]
+    verbs: [get, patch, update]
+  - apiGroups: [""]
+    resources: [configmaps, services, serviceaccounts]
+    verbs: [get, list, watch, create, patch, update, delete]
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [get, list, watch, delete]
+  - apiGroups: [""]
+    resources: [persistentvolumeclaims]
+    verbs: [get, list, watch, patch]
+  - apiGroups: [""]
+    resources: [events]
+    verbs: [create, patch]
+  - apiGroups: ["events.k8s.io"]
+    resources: [events]
+    verbs: [create, patch]
+  - apiGroups: ["apps"]
+    resources: [statefulsets]
+    verbs: [get, list, watch, create, patch, update, delete]
+  - apiGroups: ["apps"]
+    resources: [deployments, deployments/scale, statefulsets/scale]
+    verbs: [get, patch, update]
+  - apiGroups: ["policy"]
+    resources: [poddisruptionbudgets]
+    verbs: [get, list, watch, create, patch, update, delete]
+  - apiGroups: ["networking.k8s.io"]
+    resources: [networkpolicies]
+    verbs: [get, list, watch, create, patch, update, delete]
+  - apiGroups: ["monitoring.coreos.com"]
+    resources: [servicemonitors]
+    verbs: [get, list, watch, create, patch, update, delete]
+{{- end }}

@@ -16,6 +16,8 @@ import sys
 import kopf
 
 import strom_operator.handlers.cluster
+import strom_operator.handlers.metrics
+import strom_operator.handlers.resources
 import strom_operator.handlers.settings
 
 
@@ -46,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    assert strom_operator.handlers.cluster and strom_operator.handlers.settings  # registrations
+    # Imported for their kopf registrations.
+    assert strom_operator.handlers.cluster and strom_operator.handlers.settings
+    assert strom_operator.handlers.metrics and strom_operator.handlers.resources
     asyncio.run(
         kopf.operator(
             standalone=True,

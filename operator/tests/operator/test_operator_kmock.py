@@ -115,6 +115,7 @@ async def operator(kmock, tmp_path, monkeypatch):
     import kubernetes
 
     import strom_operator.handlers.cluster
+    import strom_operator.handlers.resources
     import strom_operator.handlers.settings  # noqa: F401
 
     _declare(kmock)
@@ -136,6 +137,7 @@ async def operator(kmock, tmp_path, monkeypatch):
         kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig)
     )
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("STROM_OPERATOR_METRICS_PORT", "0")
 
     stop, ready = threading.Event(), threading.Event()
 
@@ -255,3 +257,26 @@ async def test_bad_spec_gets_a_status_error(operator):
         ),
         "a warning event",
     )
+
+
+async def test_bad_topic_gets_a_status_error(operator):
+    emulator = operator
+    topic = {
+        "apiVersion": "strom.dev/v1alpha1",
+        "kind": "StromTopic",
+        "metadata": {"name": "orders", "namespace": "kafka", "uid": "uid-orders", "generation": 1},
+        "spec": {"clusterRef": {"name": "demo"}, "partitions": 0, "config": {"retention.msec": 5}},
+    }
+    async with emulator.post(
+        "/apis/strom.dev/v1alpha1/namespaces/kafka/stromtopics", json=topic
+    ) as resp:
+        assert resp.status < 300
+
+    def ready():
+        obj = _object(emulator, "stromtopics", "orders") or {}
+        conds = (obj.get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c["type"] == "Ready"), None)
+
+    await _until(lambda: ready() is not None, "the topic's Ready condition")
+    assert ready()["reason"] == "InvalidSpec"
+    assert "spec.partitions" in ready()["message"] and "retention.msec" in ready()["message"]

@@ -202,3 +202,48 @@ def test_cleanup_removes_the_rack_binding():
     assert api.find("ClusterRoleBinding", "strom-broker-rack-ns-c") is not None
     rc.cleanup(api, b)
     assert api.find("ClusterRoleBinding", "strom-broker-rack-ns-c") is None
+
+
+def _topic_body(spec, name="orders"):
+    return {
+        "apiVersion": "strom.dev/v1alpha1",
+        "kind": "StromTopic",
+        "metadata": {"name": name, "namespace": "ns", "uid": "t-1", "generation": 3},
+        "spec": spec,
+    }
+
+
+def test_topic_validation_status():
+    from strom_operator.reconcilers import validation
+
+    api = FakeApi()
+    with pytest.raises(rc.ReconcileError) as err:
+        validation.reconcile(api, "StromTopic", _topic_body({"partitions": 0}), None)
+    assert err.value.permanent
+    ready = next(c for c in api.find("StromTopic", "orders")["status"]["conditions"])
+    assert ready["reason"] == "InvalidSpec" and "spec.clusterRef" in ready["message"]
+    assert ready["observedGeneration"] == 3
+
+    with pytest.raises(rc.ReconcileError) as err:
+        validation.reconcile(
+            api,
+            "StromTopic",
+            _topic_body({"clusterRef": {"name": "c"}, "partitions": 2}),
+            {"clusterRef": {"name": "c"}, "partitions": 6},
+        )
+    assert err.value.reason == "InvalidChange" and "only grow" in str(err.value)
+
+    with pytest.raises(rc.ReconcileError) as err:
+        validation.reconcile(api, "StromTopic", _topic_body({"clusterRef": {"name": "c"}}), None)
+    assert err.value.reason == "ClusterNotFound" and not err.value.permanent
+
+    api.put(
+        {
+            "apiVersion": "strom.dev/v1alpha1",
+            "kind": "StromCluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+        }
+    )
+    validation.reconcile(api, "StromTopic", _topic_body({"clusterRef": {"name": "c"}}), None)
+    ready = api.find("StromTopic", "orders")["status"]["conditions"][0]
+    assert ready["reason"] == "AdminApiPending"

@@ -1,4 +1,5 @@
-"""The operator's own Prometheus metrics, served on ``:8081/metrics``.
+"""The operator's own Prometheus metrics, served on ``:8081/metrics``
+(``STROM_OPERATOR_METRICS_PORT`` changes the port; 0 disables it).
 
 Counters and histograms of reconciles are updated by the handlers.  The cluster gauges are set from
 what the reconcile learned: broker counts always; under-replicated and offline partitions and
@@ -10,6 +11,7 @@ dashboards and alerts are tested against it.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
 import kopf
@@ -75,7 +77,8 @@ EXPORTED = frozenset(
     }
 )
 
-PORT = 8081
+#: ``STROM_OPERATOR_METRICS_PORT`` overrides the port; 0 disables the endpoint (tests).
+PORT = int(os.environ.get("STROM_OPERATOR_METRICS_PORT", "8081"))
 
 
 def record_cluster_status(namespace: str, cluster: str, status: dict[str, Any]) -> None:
@@ -92,5 +95,8 @@ def record_cluster_status(namespace: str, cluster: str, status: dict[str, Any]) 
 @kopf.on.startup()
 def serve_metrics(**_: Any) -> None:
     # OSError: already serving (a restarted operator loop in the same process, or tests).
+    port = int(os.environ.get("STROM_OPERATOR_METRICS_PORT", str(PORT)))
+    if port == 0:
+        return
     with contextlib.suppress(OSError):
-        start_http_server(PORT, registry=REGISTRY)
+        start_http_server(port, registry=REGISTRY)

@@ -575,6 +575,9 @@ def parse_topic(spec: Any) -> StromTopicSpec:
     parsed, errors = parse_collect(StromTopicSpec, spec)
     if isinstance(spec, Mapping) and isinstance(spec.get("config"), Mapping):
         errors.extend(validate_topic_config(spec["config"]))
+        if parsed is None and not _topic_config_ok(spec["config"]):
+            # The rules only run on a parsed spec: report unknown keys with the other errors.
+            errors.append(FieldError("spec.config", TOPIC_CONFIG_KNOWN.message))
     if errors or parsed is None:
         raise SpecError(errors)
     return parsed

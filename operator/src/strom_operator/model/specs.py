@@ -575,9 +575,7 @@ def parse_topic(spec: Any) -> StromTopicSpec:
     parsed, errors = parse_collect(StromTopicSpec, spec)
     if isinstance(spec, Mapping) and isinstance(spec.get("config"), Mapping):
         errors.extend(validate_topic_config(spec["config"]))
-        if parsed is None and not _topic_config_ok(spec["config"]):
-            # The rules only run on a parsed spec: report unknown keys with the other errors.
-            errors.append(FieldError("spec.config", TOPIC_CONFIG_KNOWN.message))
+
     if errors or parsed is None:
         raise SpecError(errors)
     return parsed
@@ -655,6 +653,10 @@ def validate_topic_config(config: Mapping[str, Any]) -> list[FieldError]:
     errors: list[FieldError] = []
     for key, value in config.items():
         kind = TOPIC_CONFIG_KEYS.get(key)
+        if kind is None:
+            close = difflib.get_close_matches(key, sorted(TOPIC_CONFIG_KEYS), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            errors.append(FieldError(f"spec.config[{key}]", f"is not a topic config key{hint}"))
         if kind is int:
             try:
                 if isinstance(value, bool):

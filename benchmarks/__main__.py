@@ -58,6 +58,12 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
         c = sw.consume_all(bs, "w2", 8, n_large)
         results.append(Result("strom", "8p-1KiB", "consume", c.records_per_s, "records/s"))
         results.append(Result("strom", "8p-1KiB", "consume MB/s", c.mb_per_s, "MB/s"))
+        sw.create_topic(bs, "w2lat", 8)
+        _progress(f"workload 2: end-to-end latency at {rate:,} records/s for {secs:.0f} s")
+        lat = sw.end_to_end_latency(bs, "w2lat", 8, rate, secs, value_size=1024)
+        for q in (50, 99, 99.9):
+            results.append(Result("strom", "8p-1KiB", f"e2e p{q:g} @{rate}/s",
+                                  percentile(lat, q), "ms", higher_is_better=False))
 
         # Growth: the same produce + catch-up on a log that already holds `big_log_bytes`.
         big = int(params["big_log_bytes"])
@@ -108,7 +114,7 @@ def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
 
     rate, secs = int(params["latency_rate"]), float(params["latency_seconds"])
     workloads = [("1p-100B", "w1", 1, int(params["records_100b"]), 100, (rate, secs)),
-                 ("8p-1KiB", "w2", 8, int(params["records_1k"]), 1024, None)]
+                 ("8p-1KiB", "w2", 8, int(params["records_1k"]), 1024, (rate, secs))]
     for peer in (redis_streams, nats_jetstream):
         reason = peer.available()
         if reason is not None:

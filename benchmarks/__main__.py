@@ -11,10 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks import strom_workloads as sw
 from benchmarks.harness import Result, attach_ratios, format_table, percentile, write_json
+from benchmarks.peers._proc import RssSampler, rss_bytes
 
 
 def _progress(msg: str) -> None:
@@ -29,15 +32,18 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
     with tempfile.TemporaryDirectory(prefix="strom-bench-") as tmp, \
             running_broker(Path(tmp), **{"log.segment.bytes": str(256 << 20)}) as broker:
         bs = broker.bootstrap
+        idle_rss = rss_bytes(broker.pid)
         # Workload 1: 1 topic, 1 partition, 100-byte records.
         sw.create_topic(bs, "w1", 1)
         _progress(f"workload 1: producing {n_small:,} x 100 B")
-        t = sw.produce(bs, "w1", n_small, 100)
-        results.append(Result("strom", "1p-100B", "produce", t.records_per_s, "records/s",
-                              extra={"MB/s": t.mb_per_s}))
-        results.append(Result("strom", "1p-100B", "produce MB/s", t.mb_per_s, "MB/s"))
-        _progress("workload 1: consuming")
-        c = sw.consume_all(bs, "w1", 1, n_small)
+        with RssSampler(broker.pid) as rss:
+            t = sw.produce(bs, "w1", n_small, 100)
+            results.append(Result("strom", "1p-100B", "produce", t.records_per_s, "records/s",
+                                  extra={"MB/s": t.mb_per_s}))
+            results.append(Result("strom", "1p-100B", "produce MB/s", t.mb_per_s, "MB/s"))
+            _progress("workload 1: consuming")
+            c = sw.consume_all(bs, "w1", 1, n_small)
+        _memory_rows(results, "strom", "1p-100B", idle_rss, rss.peak)
         results.append(Result("strom", "1p-100B", "consume", c.records_per_s, "records/s"))
         results.append(Result("strom", "1p-100B", "consume MB/s", c.mb_per_s, "MB/s"))
         sw.create_topic(bs, "w1lat", 1)
@@ -82,6 +88,49 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
             c = _consume_tail(bs, topic, n)
             results.append(Result(label, "growth", "consume tail", c.records_per_s, "records/s",
                                   peers=["strom (empty log)"] if topic == "big" else []))
+
+
+def _memory_rows(results: list[Result], system: str, workload: str, idle: float,
+                 load: float) -> None:
+    results.append(Result(system, workload, "RSS idle", idle / 1e6, "MB",
+                          higher_is_better=False))
+    results.append(Result(system, workload, "RSS under load", load / 1e6, "MB",
+                          higher_is_better=False))
+
+
+def run_strom_partitions(params: dict[str, int | float], results: list[Result]) -> None:
+    """Growth with the partition count, on a fresh broker: broker RSS per partition (RSS after
+    creating a topic with the most partitions, minus idle, over the count) and produce
+    throughput with 1, 100 and 1000 partitions (ratios to the 1-partition row)."""
+    from strom.testing import running_broker
+
+    counts = [int(c) for c in params["partition_counts"]]  # type: ignore[union-attr]
+    n = int(params["records_partitions"])
+    with tempfile.TemporaryDirectory(prefix="strom-bench-parts-") as tmp, \
+            running_broker(Path(tmp)) as broker:
+        bs = broker.bootstrap
+        idle = rss_bytes(broker.pid)
+        most = max(counts)
+        _progress(f"partitions: creating a topic with {most:,} partitions")
+        sw.create_topic(bs, f"parts{most}", most)
+        time.sleep(1.0)  # let the broker open every partition's log before reading RSS
+        after = rss_bytes(broker.pid)
+        label = f"strom ({most} partitions)"
+        results.append(Result(label, "partitions", "RSS per partition", (after - idle) / most / 1e3,
+                              "KB", higher_is_better=False,
+                              extra={"rss_idle": idle, "rss_after_create": after}))
+        base = "strom (1 partition)"
+        for count in counts:
+            if count != most:
+                sw.create_topic(bs, f"parts{count}", count)
+        for count in counts:
+            _progress(f"partitions: producing {n:,} x 100 B over {count:,} partitions")
+            with RssSampler(broker.pid) as rss:
+                t = sw.produce(bs, f"parts{count}", n, 100)
+            name = base if count == 1 else f"strom ({count} partitions)"
+            results.append(Result(name, "partitions", "produce", t.records_per_s, "records/s",
+                                  peers=[] if count == 1 else [base],
+                                  extra={"rss_peak": rss.peak}))
 
 
 def _consume_tail(bs: str, topic: str, n: int) -> sw.Throughput:
@@ -130,6 +179,9 @@ def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
                 results.append(Result(peer.NAME, label, metric, float(out[metric]), "records/s"))
                 results.append(Result(peer.NAME, label, f"{metric} MB/s",
                                       float(out[f"{metric} MB/s"]), "MB/s"))
+            if label == "1p-100B" and "rss idle" in out:
+                _memory_rows(results, peer.NAME, label, float(out["rss idle"]),  # type: ignore[arg-type]
+                             float(out["rss load"]))  # type: ignore[arg-type]
             lats = out.get("latencies")
             if isinstance(lats, list):
                 for q in (50, 99, 99.9):
@@ -141,11 +193,13 @@ def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
             r.peers = systems
 
 
-PROFILES: dict[str, dict[str, int | float]] = {
+PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
-              "latency_seconds": 2, "big_log_bytes": 20_000_000},
+              "latency_seconds": 2, "big_log_bytes": 20_000_000,
+              "partition_counts": (1, 100, 1000), "records_partitions": 5_000},
     "full": {"records_100b": 1_000_000, "records_1k": 300_000, "latency_rate": 10_000,
-             "latency_seconds": 10, "big_log_bytes": 2_000_000_000},
+             "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
+             "partition_counts": (1, 100, 1000), "records_partitions": 500_000},
 }
 
 
@@ -160,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     params = PROFILES[profile]
     results: list[Result] = []
     run_strom(params, results)
+    run_strom_partitions(params, results)
     if not args.no_peers:
         run_peers(params, results)
     attach_ratios(results)

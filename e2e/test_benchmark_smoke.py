@@ -32,10 +32,14 @@ def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
     for metric in ("produce", "consume", "e2e p99 @1000/s"):
         assert ("strom", "1p-100B", metric) in rows
     assert ("strom (big log)", "growth", "produce") in rows
+    assert ("strom", "1p-100B", "RSS idle") in rows
+    assert ("strom", "1p-100B", "RSS under load") in rows
+    for parts in ("1 partition", "100 partitions", "1000 partitions"):
+        assert (f"strom ({parts})", "partitions", "produce") in rows
+    assert ("strom (1000 partitions)", "partitions", "RSS per partition") in rows
     values = [r["value"] for r in doc["results"] if r["system"] == "strom"]
     assert all(v > 0 for v in values)
-    peers = {r["system"] for r in doc["results"]} - {"strom", "strom (empty log)",
-                                                      "strom (big log)"}
+    peers = {r["system"] for r in doc["results"] if not r["system"].startswith("strom")}
     for r in doc["results"]:
         if r["system"] == "strom" and peers:
             assert set(r["ratios"]) == peers, "every Strom row carries a ratio to each peer"

@@ -62,3 +62,29 @@ def rss_bytes(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+class RssSampler:
+    """Track the peak RSS of a process from a background thread (every ``interval_s``)."""
+
+    def __init__(self, pid: int, interval_s: float = 0.05) -> None:
+        import threading
+
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak = rss_bytes(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak = max(self.peak, rss_bytes(self.pid))
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes(self.pid))

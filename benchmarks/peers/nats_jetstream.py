@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.peers._proc import find_binary, free_port, server
+from benchmarks.peers._proc import RssSampler, find_binary, free_port, rss_bytes, server
 
 NAME = "nats-jetstream"
 _TS = struct.Struct(">d")
@@ -122,15 +122,17 @@ def run(workload: str, partitions: int, records: int, value_size: int,
         cmd = [find_binary("nats-server") or "nats-server", "-a", "127.0.0.1", "-p", str(port),
                "-js", "-sd", str(Path(tmp) / "js")]
         url = f"nats://127.0.0.1:{port}"
-        with server(cmd, Path(tmp) / "nats.log", lambda: _port_open(port)):
+        with server(cmd, Path(tmp) / "nats.log", lambda: _port_open(port)) as proc:
             stream = workload.replace("-", "_").upper()
             subjects = [f"{workload}.{p}" for p in range(partitions)]
+            out: dict[str, float | list[float]] = {"rss idle": float(rss_bytes(proc.pid))}
             asyncio.run(_setup(url, stream, [*subjects, f"{workload}.lat"]))
-            out: dict[str, float | list[float]] = {}
-            secs = asyncio.run(_produce(url, subjects, records, value_size))
-            out["produce"] = records / secs
-            out["produce MB/s"] = records * value_size / secs / 1e6
-            secs = asyncio.run(_consume(url, stream, records))
+            with RssSampler(proc.pid) as rss:
+                secs = asyncio.run(_produce(url, subjects, records, value_size))
+                out["produce"] = records / secs
+                out["produce MB/s"] = records * value_size / secs / 1e6
+                secs = asyncio.run(_consume(url, stream, records))
+            out["rss load"] = float(rss.peak)
             out["consume"] = records / secs
             out["consume MB/s"] = records * value_size / secs / 1e6
             if latency is not None:

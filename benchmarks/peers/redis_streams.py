@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.peers._proc import find_binary, free_port, server
+from benchmarks.peers._proc import RssSampler, find_binary, free_port, rss_bytes, server
 
 NAME = "redis-streams"
 _TS = struct.Struct(">d")
@@ -109,13 +109,15 @@ def run(workload: str, partitions: int, records: int, value_size: int,
         latency: tuple[int, float] | None) -> dict[str, float | list[float]]:
     with tempfile.TemporaryDirectory(prefix="bench-redis-") as tmp:
         peer = RedisPeer(Path(tmp))
-        with server(peer.cmd, peer.log, peer.ready):
+        with server(peer.cmd, peer.log, peer.ready) as proc:
             streams = [f"{workload}-{p}" for p in range(partitions)]
-            out: dict[str, float | list[float]] = {}
-            secs = peer.produce(streams, records, value_size)
-            out["produce"] = records / secs
-            out["produce MB/s"] = records * value_size / secs / 1e6
-            secs = peer.consume(streams, records)
+            out: dict[str, float | list[float]] = {"rss idle": float(rss_bytes(proc.pid))}
+            with RssSampler(proc.pid) as rss:
+                secs = peer.produce(streams, records, value_size)
+                out["produce"] = records / secs
+                out["produce MB/s"] = records * value_size / secs / 1e6
+                secs = peer.consume(streams, records)
+            out["rss load"] = float(rss.peak)
             out["consume"] = records / secs
             out["consume MB/s"] = records * value_size / secs / 1e6
             if latency is not None:

@@ -1,0 +1,373 @@
+"""The task that owns one Raft node: it feeds it events and carries out its actions, in order.
+
+Why it exists: ``RaftNode`` is sans-I/O; something must give it a clock, messages and proposals,
+and do what it asks - persist, send, apply - honouring its contract. ``QuorumDriver`` is that one
+owner: a single asyncio task reads an inbox (clock ticks, messages from the gRPC servicer, replies
+from the transport, proposals) and handles one item at a time, so nothing is shared and nothing is
+locked. Other coroutines only put items in the inbox and await futures, or read plain properties.
+
+How actions are carried out (``_execute``), strictly in the order returned:
+
+- ``Persist``: ``raftlog.persist`` in a worker thread (it fsyncs), awaited before the next action,
+  so a vote or an acknowledgement is never sent before what it promises is on disk.
+- ``Send``: a reply to the request being handled resolves that request's RPC; anything else goes
+  to the ``Transport`` (fire-and-forget; replies come back through the inbox).
+- ``Apply``: each committed command is applied to the ``MetadataImage``; the proposal waiting on
+  that index is resolved (or fails with the image's ``MetadataError``, or NOT_CONTROLLER when
+  another term's entry took its index). Every ``compact_every`` applied entries the image is
+  snapshotted into the Raft log (``RaftNode.compact``), whose ``Persist`` is carried out in turn.
+- ``RestoreSnapshot``: the image is replaced; proposals at or below it fail (outcome unknown).
+- ``BecameLeader`` / ``BecameFollower``: logged (one line when this node becomes the leader).
+
+A failure to persist is fatal: the run task ends with the exception and the process must exit
+(continuing could break the promises already made).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from strom.controller.messages import (
+    AppendEntries,
+    AppendEntriesResponse,
+    InstallSnapshot,
+    InstallSnapshotResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+from strom.controller.metadata import MetadataError, MetadataImage, decode_command
+from strom.controller.raft import (
+    Action,
+    Apply,
+    BecameFollower,
+    BecameLeader,
+    NotLeader,
+    Persist,
+    RaftConfig,
+    RaftNode,
+    RestoreSnapshot,
+    Role,
+    Send,
+)
+from strom.controller.raftlog import RaftLog, persist
+from strom.controller.transport import Transport
+from strom.protocol.errors import ErrorCode, StromError
+
+__all__ = ["NotControllerError", "QuorumDriver", "QuorumStatus"]
+
+log = logging.getLogger("strom.controller")
+
+_REPLY_TYPE: dict[type, type] = {
+    VoteRequest: VoteResponse,
+    AppendEntries: AppendEntriesResponse,
+    InstallSnapshot: InstallSnapshotResponse,
+}
+
+
+@dataclass(slots=True)
+class _Tick:
+    pass
+
+
+@dataclass(slots=True)
+class _Incoming:
+    message: Message
+    reply: asyncio.Future[Message | None] | None = None
+
+
+@dataclass(slots=True)
+class _Propose:
+    command: bytes
+    result: asyncio.Future[int]
+
+
+@dataclass(slots=True)
+class _Pending:
+    term: int
+    result: asyncio.Future[int]
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumStatus:
+    """A node's view of the quorum, for DescribeQuorum."""
+
+    node_id: int
+    role: Role
+    leader_id: int | None
+    term: int
+    commit_index: int
+    last_applied: int
+    last_index: int
+    snapshot_index: int
+    voters: tuple[int, ...]
+    observers: tuple[int, ...]
+    match_index: dict[int, int] = field(default_factory=dict)
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class QuorumDriver:
+    """Owns one ``RaftNode`` and its ``RaftLog``; ``await start()``, later ``await stop()``."""
+
+    def __init__(
+        self,
+        config: RaftConfig,
+        raft_log: RaftLog,
+        transport: Transport,
+        *,
+        tick_ms: int = 10,
+        compact_every: int = 1000,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.image = MetadataImage()
+        self._log = raft_log
+        self._transport = transport
+        self._tick_s = tick_ms / 1000
+        self._compact_every = compact_every
+        self._rng = rng
+        self._node: RaftNode | None = None
+        self._inbox: asyncio.Queue[_Tick | _Incoming | _Propose] = asyncio.Queue()
+        self._tick_queued = False
+        self._pending: dict[int, _Pending] = {}
+        self._match: dict[int, int] = {}
+        self._hard_state: tuple[int, int | None] | None = None
+        self._since_compact = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self.task: asyncio.Task[None] | None = None
+        """The run task; it ends with an exception if persisting failed."""
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        state = await asyncio.to_thread(self._log.load)
+        self._hard_state = (state.term, state.voted_for)
+        self._node = RaftNode(self.config, state, now_ms=_now_ms(), rng=self._rng)
+        self.image = MetadataImage.from_snapshot(state.snapshot.data)
+        self.image.offset = state.snapshot.index
+        log.info(
+            "strom controller %d starting: term %d, snapshot at %d, %d log entries, voters %s",
+            self.config.node_id,
+            state.term,
+            state.snapshot.index,
+            len(state.entries),
+            sorted(self.config.voters),
+        )
+        self.task = asyncio.create_task(self._run(), name="raft-driver")
+        self._tasks = [self.task, asyncio.create_task(self._ticker(), name="raft-ticker")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        for p in self._pending.values():
+            if not p.result.done():
+                p.result.set_exception(NotControllerError(None, "the controller stopped"))
+        self._pending.clear()
+        await self._transport.close()
+
+    # ---- inputs (any coroutine on the loop) --------------------------------------------------
+
+    async def receive(self, message: Message) -> Message | None:
+        """Hand a request from a peer to the node; its reply, once it may be sent."""
+        reply: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
+        self._inbox.put_nowait(_Incoming(message, reply))
+        return await reply
+
+    def deliver(self, message: Message) -> None:
+        """Hand a reply (or any message needing no answer) to the node."""
+        self._inbox.put_nowait(_Incoming(message))
+
+    async def propose(self, command: bytes) -> int:
+        """Append ``command``; its log index once committed and applied here.
+
+        Raises ``StromError(NOT_CONTROLLER)`` (message names the leader hint) when this node is
+        not the leader or lost leadership before the entry committed, and the image's
+        ``MetadataError`` when the committed command did not apply.
+        """
+        result: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._inbox.put_nowait(_Propose(command, result))
+        return await result
+
+    # ---- introspection -----------------------------------------------------------------------
+
+    @property
+    def node(self) -> RaftNode:
+        if self._node is None:
+            raise RuntimeError("the driver is not started")
+        return self._node
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._node.leader_id if self._node is not None else None
+
+    def status(self) -> QuorumStatus:
+        n = self.node
+        match = dict(self._match) if n.is_leader else {}
+        if n.is_leader:
+            match[n.node_id] = n.last_index
+        return QuorumStatus(
+            node_id=n.node_id,
+            role=n.role,
+            leader_id=n.leader_id,
+            term=n.term,
+            commit_index=n.commit_index,
+            last_applied=n.last_applied,
+            last_index=n.last_index,
+            snapshot_index=n.snapshot.index,
+            voters=tuple(sorted(self.config.voters)),
+            observers=tuple(sorted(self.config.observers)),
+            match_index=match,
+        )
+
+    # ---- the owner task ----------------------------------------------------------------------
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self._tick_s)
+            if not self._tick_queued:
+                self._tick_queued = True
+                self._inbox.put_nowait(_Tick())
+
+    async def _run(self) -> None:
+        node = self.node
+        while True:
+            item = await self._inbox.get()
+            if isinstance(item, _Tick):
+                self._tick_queued = False
+                await self._execute(node.tick(_now_ms()), None)
+            elif isinstance(item, _Incoming):
+                self._track_match(node, item.message)
+                await self._execute(node.receive(item.message, _now_ms()), item)
+                if item.reply is not None and not item.reply.done():
+                    item.reply.set_result(None)
+            else:
+                await self._propose(node, item)
+
+    async def _propose(self, node: RaftNode, item: _Propose) -> None:
+        if item.result.done():  # the caller gave up
+            return
+        try:
+            outcome = node.propose(item.command)
+        except ValueError as exc:
+            item.result.set_exception(StromError(ErrorCode.INVALID_REQUEST, str(exc)))
+            return
+        if isinstance(outcome, NotLeader):
+            item.result.set_exception(_not_controller(outcome.leader_hint))
+            return
+        self._pending[outcome.index] = _Pending(outcome.term, item.result)
+        await self._execute(node.take_actions(), None)
+
+    def _track_match(self, node: RaftNode, m: Message) -> None:
+        if not node.is_leader or m.term != node.term:
+            return
+        acked = isinstance(m, AppendEntriesResponse) and m.success
+        if acked or isinstance(m, InstallSnapshotResponse):
+            assert isinstance(m, AppendEntriesResponse | InstallSnapshotResponse)
+            self._match[m.sender] = max(self._match.get(m.sender, 0), m.match_index)
+
+    async def _execute(self, actions: list[Action], request: _Incoming | None) -> None:
+        queue: deque[Action] = deque(actions)
+        reply_type = _REPLY_TYPE.get(type(request.message)) if request is not None else None
+        while queue:
+            action = queue.popleft()
+            if isinstance(action, Persist):
+                await asyncio.to_thread(persist, self._log, action, self._hard_state)
+                self._hard_state = (action.term, action.voted_for)
+            elif isinstance(action, Send):
+                if (
+                    request is not None
+                    and request.reply is not None
+                    and not request.reply.done()
+                    and action.to == request.message.sender
+                    and type(action.message) is reply_type
+                ):
+                    request.reply.set_result(action.message)
+                else:
+                    self._transport.send(action.to, action.message, self.deliver)
+            elif isinstance(action, Apply):
+                queue.extend(self._apply(action))
+            elif isinstance(action, RestoreSnapshot):
+                self._restore(action)
+            elif isinstance(action, BecameLeader):
+                self._match = {}
+                log.info(
+                    "strom controller %d is the leader in term %d", self.config.node_id, action.term
+                )
+            elif isinstance(action, BecameFollower):
+                log.info(
+                    "strom controller %d follows %s in term %d",
+                    self.config.node_id,
+                    "nobody yet" if action.leader_id is None else f"node {action.leader_id}",
+                    action.term,
+                )
+
+    def _apply(self, action: Apply) -> list[Action]:
+        for entry in action.entries:
+            error: StromError | None = None
+            if entry.command:
+                try:
+                    self.image.apply(entry.index, decode_command(entry.command))
+                except MetadataError as exc:
+                    error = exc
+                except Exception as exc:  # an undecodable command: every node skips it alike
+                    log.warning("entry %d does not decode: %s", entry.index, exc)
+                    self.image.offset = max(self.image.offset, entry.index)
+                    error = StromError(ErrorCode.INVALID_REQUEST, f"bad command: {exc}")
+            else:
+                self.image.offset = max(self.image.offset, entry.index)
+            pending = self._pending.pop(entry.index, None)
+            if pending is not None and not pending.result.done():
+                if pending.term != entry.term:
+                    pending.result.set_exception(_not_controller(self.leader_id))
+                elif error is not None:
+                    pending.result.set_exception(error)
+                else:
+                    pending.result.set_result(entry.index)
+        self._since_compact += len(action.entries)
+        if self._since_compact >= self._compact_every and action.entries:
+            self._since_compact = 0
+            return self.node.compact(action.entries[-1].index, self.image.to_snapshot())
+        return []
+
+    def _restore(self, action: RestoreSnapshot) -> None:
+        snap = action.snapshot
+        self.image = MetadataImage.from_snapshot(snap.data)
+        self.image.offset = snap.index
+        self._since_compact = 0
+        for index in [i for i in self._pending if i <= snap.index]:
+            p = self._pending.pop(index)
+            if not p.result.done():
+                p.result.set_exception(
+                    NotControllerError(self.leader_id, "replaced by a snapshot; outcome unknown")
+                )
+        log.info("strom controller %d restored a snapshot at %d", self.config.node_id, snap.index)
+
+
+class NotControllerError(StromError):
+    """NOT_CONTROLLER with the leader this node knows of (``None`` while unknown)."""
+
+    def __init__(self, leader_hint: int | None, message: str | None = None) -> None:
+        super().__init__(
+            ErrorCode.NOT_CONTROLLER,
+            message
+            or "this node is not the controller leader"
+            + ("" if leader_hint is None else f"; try node {leader_hint}"),
+        )
+        self.leader_hint = leader_hint
+
+
+def _not_controller(leader_hint: int | None) -> NotControllerError:
+    return NotControllerError(leader_hint)

@@ -1,0 +1,244 @@
+"""The ``Quorum`` gRPC service and a standalone controller process around one ``QuorumDriver``.
+
+Why it exists: peers reach a node's Raft state machine, and brokers and tools reach the metadata
+log, through this service. The handlers are thin: decode, hand the message or proposal to the
+driver (which owns all state), encode what comes back.
+
+- Vote / AppendEntries / InstallSnapshot: the reply the node produced, once it may be sent (after
+  the fsync it depends on); FAILED_PRECONDITION when the node produced none.
+- Propose: the committed index, or an ``ErrorInfo`` (NOT_CONTROLLER with the leader's id and
+  address, REQUEST_TIMED_OUT, or the image's error such as TOPIC_ALREADY_EXISTS) in the body.
+- DescribeQuorum / DescribeMetadata: answered locally from this node's view.
+
+``serve`` runs a dedicated controller (the ``python -m strom.controller`` process): the driver and
+the gRPC server on one event loop, until SIGTERM/SIGINT (graceful: stop accepting, finish calls,
+stop the driver) or until the driver fails (exit status 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from strom.controller.codec import from_pb, to_pb
+from strom.controller.driver import NotControllerError, QuorumDriver
+from strom.controller.raft import RaftConfig
+from strom.controller.raftlog import DiskRaftLog
+from strom.controller.transport import MAX_MESSAGE_BYTES, GrpcTransport
+from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.status import error_info
+from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
+
+__all__ = ["ControllerConfig", "QuorumService", "parse_voters", "serve"]
+
+log = logging.getLogger("strom.controller")
+
+
+def parse_voters(text: str) -> dict[int, str]:
+    """``0@127.0.0.1:9093,1@127.0.0.1:9094`` -> ``{0: "127.0.0.1:9093", 1: ...}``."""
+    out: dict[int, str] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        node, sep, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not host or not node.strip().isdigit() or not port.isdigit():
+            raise ValueError(f"voter {item!r} is not ID@HOST:PORT (e.g. 0@127.0.0.1:9093)")
+        if int(node) in out:
+            raise ValueError(f"voter {int(node)} is listed twice")
+        out[int(node)] = address
+    if not out:
+        raise ValueError("no voters given (e.g. --voters 0@127.0.0.1:9093)")
+    return out
+
+
+class QuorumService(quorum_pb2_grpc.QuorumServicer):
+    def __init__(
+        self, driver: QuorumDriver, addresses: dict[int, str], propose_timeout_s: float = 10.0
+    ) -> None:
+        self._driver = driver
+        self._addresses = addresses
+        self._propose_timeout_s = propose_timeout_s
+
+    async def _peer(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        reply = await self._driver.receive(from_pb(request))
+        if reply is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no reply")
+        return to_pb(reply)
+
+    async def Vote(
+        self, request: quorum_pb2.VoteRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> quorum_pb2.VoteResponse:
+        reply: quorum_pb2.VoteResponse = await self._peer(request, context)
+        return reply
+
+    async def AppendEntries(
+        self, request: quorum_pb2.AppendEntriesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> quorum_pb2.AppendEntriesResponse:
+        reply: quorum_pb2.AppendEntriesResponse = await self._peer(request, context)
+        return reply
+
+    async def InstallSnapshot(
+        self,
+        request: quorum_pb2.InstallSnapshotRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> quorum_pb2.InstallSnapshotResponse:
+        reply: quorum_pb2.InstallSnapshotResponse = await self._peer(request, context)
+        return reply
+
+    async def Propose(
+        self, request: quorum_pb2.ProposeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> quorum_pb2.ProposeResponse:
+        try:
+            index = await asyncio.wait_for(
+                self._driver.propose(bytes(request.command)), self._propose_timeout_s
+            )
+        except TimeoutError:
+            err = StromError(ErrorCode.REQUEST_TIMED_OUT, "the command did not commit in time")
+            return self._error(err)
+        except StromError as err:
+            return self._error(err)
+        return quorum_pb2.ProposeResponse(index=index, leader_hint=self._hint())
+
+    def _hint(self) -> int:
+        leader = self._driver.leader_id
+        return -1 if leader is None else leader
+
+    def _error(self, err: StromError) -> quorum_pb2.ProposeResponse:
+        hint = self._driver.leader_id
+        if isinstance(err, NotControllerError) and err.leader_hint is not None:
+            hint = err.leader_hint
+        return quorum_pb2.ProposeResponse(
+            error=error_info(err),
+            leader_hint=-1 if hint is None else hint,
+            leader_address="" if hint is None else self._addresses.get(hint, ""),
+        )
+
+    async def DescribeQuorum(
+        self, request: quorum_pb2.DescribeQuorumRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> quorum_pb2.DescribeQuorumResponse:
+        s = self._driver.status()
+
+        def node(n: int, voter: bool) -> quorum_pb2.QuorumNode:
+            return quorum_pb2.QuorumNode(
+                node_id=n,
+                address=self._addresses.get(n, ""),
+                voter=voter,
+                match_index=s.match_index.get(n, 0),
+            )
+
+        return quorum_pb2.DescribeQuorumResponse(
+            node_id=s.node_id,
+            leader_id=-1 if s.leader_id is None else s.leader_id,
+            term=s.term,
+            commit_index=s.commit_index,
+            last_applied=s.last_applied,
+            last_index=s.last_index,
+            role=s.role.value,
+            voters=[node(n, True) for n in s.voters],
+            observers=[node(n, False) for n in s.observers],
+            snapshot_index=s.snapshot_index,
+        )
+
+    async def DescribeMetadata(
+        self,
+        request: quorum_pb2.DescribeMetadataRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> quorum_pb2.DescribeMetadataResponse:
+        image = self._driver.image
+        return quorum_pb2.DescribeMetadataResponse(
+            offset=image.offset, topics=sorted(image.topics), image=image.to_snapshot()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    node_id: int
+    voters: dict[int, str]
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int | None = None
+    """Defaults to the port of this node's entry in ``voters``."""
+    election_timeout_ms: int = 1000
+    heartbeat_interval_ms: int = 100
+    compact_every: int = 1000
+
+    def raft_config(self) -> RaftConfig:
+        return RaftConfig(
+            node_id=self.node_id,
+            voters=frozenset(self.voters),
+            election_timeout_ms=self.election_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+        )
+
+    def listen_port(self) -> int:
+        if self.port is not None:
+            return self.port
+        if self.node_id not in self.voters:
+            raise ValueError(f"node {self.node_id} is not a voter: give --port")
+        return int(self.voters[self.node_id].rpartition(":")[2])
+
+
+async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> int:
+    """Run one controller until SIGTERM/SIGINT or ``stop``; the process exit status."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    peers = {n: a for n, a in config.voters.items() if n != config.node_id}
+    driver = QuorumDriver(
+        config.raft_config(),
+        DiskRaftLog(config.data_dir),
+        GrpcTransport(peers),
+        compact_every=config.compact_every,
+    )
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    address = f"{config.host}:{config.listen_port()}"
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as exc:
+        log.error("cannot listen on %s: %s", address, exc)
+        return 2
+    quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]
+        QuorumService(driver, config.voters), server
+    )
+    status = 0
+    try:
+        await driver.start()
+        await server.start()
+        log.info("strom controller %d serving on %s", config.node_id, address)
+        assert driver.task is not None
+        stopping = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({stopping, driver.task}, return_when=asyncio.FIRST_COMPLETED)
+        if driver.task in done:
+            log.error("the Raft driver failed: %r", driver.task.exception())
+            status = 1
+        stopping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopping
+        log.info("strom controller %d shutting down", config.node_id)
+    finally:
+        await server.stop(2.0)
+        await driver.stop()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    return status

@@ -1,0 +1,129 @@
+"""Sending Raft messages to peers over gRPC: fire-and-forget calls on per-peer channels.
+
+Why it exists: the Raft state machine emits ``Send(to, message)`` and expects nothing back
+synchronously - a reply is just another message that arrives later. This module turns a request
+message into one unary ``Quorum`` call on the peer's channel and hands the reply (if any) to a
+callback, which feeds it to the driver's inbox. Failures (peer down, deadline, paused process) are
+dropped silently: Raft already tolerates lost messages, and the next heartbeat retries.
+
+Calls to one peer run concurrently, so they may complete out of order (Raft tolerates reordering
+too); at most ``max_in_flight`` are outstanding per peer, and further sends are dropped, so a
+paused peer cannot pile up calls. Reply messages themselves (``VoteResponse`` and the other
+responses) travel as the return value of the peer's call, never as calls of their own; the
+transport drops any it is asked to send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import grpc
+
+from strom.controller.codec import from_pb, to_pb
+from strom.controller.messages import (
+    AppendEntries,
+    InstallSnapshot,
+    Message,
+    VoteRequest,
+)
+from strom.protocol.v1 import quorum_pb2_grpc
+
+__all__ = ["CHANNEL_OPTIONS", "GrpcTransport", "Transport"]
+
+log = logging.getLogger("strom.controller.transport")
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Reconnect quickly to a restarted peer (the defaults back off up to two minutes).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+OnReply = Callable[[Message], None]
+
+
+class Transport(Protocol):
+    def send(self, to: int, message: Message, on_reply: OnReply) -> None:
+        """Start delivering ``message`` to ``to``; call ``on_reply`` with its reply, if any."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class GrpcTransport:
+    """The ``Transport`` over ``grpc.aio``: one channel per peer, created on first use."""
+
+    def __init__(
+        self,
+        addresses: Mapping[int, str],
+        *,
+        timeout_s: float = 1.0,
+        snapshot_timeout_s: float = 10.0,
+        max_in_flight: int = 32,
+    ) -> None:
+        self._addresses = dict(addresses)
+        self._timeout_s = timeout_s
+        self._snapshot_timeout_s = snapshot_timeout_s
+        self._max_in_flight = max_in_flight
+        self._channels: dict[int, grpc.aio.Channel] = {}
+        self._stubs: dict[int, Any] = {}
+        self._in_flight: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _stub(self, to: int) -> Any:
+        stub = self._stubs.get(to)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(self._addresses[to], options=CHANNEL_OPTIONS)
+            self._channels[to] = channel
+            stub = self._stubs[to] = quorum_pb2_grpc.QuorumStub(channel)  # type: ignore[no-untyped-call]
+        return stub
+
+    def send(self, to: int, message: Message, on_reply: OnReply) -> None:
+        if to not in self._addresses:
+            log.debug("no address for node %d: dropping %s", to, type(message).__name__)
+            return
+        if not isinstance(message, VoteRequest | AppendEntries | InstallSnapshot):
+            log.debug("dropping a %s not sent as a reply", type(message).__name__)
+            return
+        if self._in_flight.get(to, 0) >= self._max_in_flight:
+            return
+        self._in_flight[to] = self._in_flight.get(to, 0) + 1
+        task = asyncio.create_task(self._call(to, message, on_reply))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _call(
+        self, to: int, message: VoteRequest | AppendEntries | InstallSnapshot, on_reply: OnReply
+    ) -> None:
+        try:
+            stub = self._stub(to)
+            request = to_pb(message)
+            if isinstance(message, VoteRequest):
+                reply = await stub.Vote(request, timeout=self._timeout_s)
+            elif isinstance(message, AppendEntries):
+                reply = await stub.AppendEntries(request, timeout=self._timeout_s)
+            else:
+                reply = await stub.InstallSnapshot(request, timeout=self._snapshot_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            log.debug("%s to node %d failed: %s", type(message).__name__, to, exc.code())
+            return
+        finally:
+            self._in_flight[to] -= 1
+        on_reply(from_pb(reply))
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for channel in self._channels.values():
+            await channel.close(None)
+        self._channels.clear()
+        self._stubs.clear()

@@ -604,7 +604,10 @@ class Group:
         if self.state is not GroupState.PREPARING_REBALANCE:
             return
         if self._initial_join_start_ms is not None and self.members:
-            return  # the initial delay runs its course (Kafka's InitialDelayedJoin)
+            # The initial delay runs its course (Kafka's InitialDelayedJoin).
+            if self._join_deadline_ms is not None and self._join_deadline_ms <= now:
+                self._complete_join(now)
+            return
         all_joined = all(m.awaiting_join for m in self.members.values())
         if all_joined and not self._pending:
             self._complete_join(now)

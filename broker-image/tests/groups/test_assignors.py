@@ -90,9 +90,9 @@ def _check_complete_and_balanced(result: Assignment, counts: dict[str, int]) -> 
     assert max(sizes) - min(sizes) <= 1
 
 
-def _with_owned(ids: list[str], topics: tuple[str, ...], prev: Assignment, gen: int) -> list[
-    MemberSubscription
-]:
+def _with_owned(
+    ids: list[str], topics: tuple[str, ...], prev: Assignment, gen: int
+) -> list[MemberSubscription]:
     return [
         MemberSubscription(i, topics, owned_partitions=tuple(prev.get(i, ())), generation=gen)
         for i in ids

@@ -110,7 +110,7 @@ class Quorum:
                     ("grpc.max_reconnect_backoff_ms", 500),
                 ],
             )
-            n.stub = quorum_pb2_grpc.QuorumStub(n.channel)
+            n.stub = quorum_pb2_grpc.QuorumStub(n.channel)  # type: ignore[no-untyped-call]
 
     def kill(self, node_id: int) -> None:
         p = self.nodes[node_id].proc

@@ -324,3 +324,54 @@ def test_next_deadline_tracks_sessions() -> None:
     deadline = g.next_deadline_ms()
     assert deadline is not None and deadline <= DELAY + SESSION
     assert new_group().next_deadline_ms() is None
+
+
+def test_member_id_required_then_never_rejoining_does_not_block_the_group() -> None:
+    g = new_group()
+    ids, _ = form_group(g, ["a"], now=0)
+    (resp,) = of(g.handle(join("late"), 4_000), JoinGroupResponse)
+    assert resp.error is ErrorCode.MEMBER_ID_REQUIRED
+    assert g.state is GroupState.STABLE  # no rebalance until it comes back with its id
+    g.handle(join("a", ids["a"]), 4_500)  # leader rejoins: rebalance, "late" still pending
+    assert g.state is GroupState.PREPARING_REBALANCE
+    out = g.tick(4_000 + SESSION)  # the pending id expires; the join completes without it
+    (done,) = of(out, JoinGroupResponse)
+    assert done.member_id == ids["a"] and g.state is GroupState.COMPLETING_REBALANCE
+
+
+def test_group_max_size() -> None:
+    counter = itertools.count(1)
+    g = Group("g", GroupConfig(max_size=1), new_member_id=lambda c: f"{c}-{next(counter)}")
+    (first,) = of(g.handle(join("a"), 0), JoinGroupResponse)
+    (second,) = of(g.handle(join("b"), 0), JoinGroupResponse)
+    assert first.error is ErrorCode.MEMBER_ID_REQUIRED
+    assert second.error is ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+def test_rejoin_with_same_metadata_while_completing_gets_current_generation() -> None:
+    g = new_group()
+    ids: dict[str, str] = {}
+    for name in ("a", "b"):
+        (resp,) = of(g.handle(join(name), 0), JoinGroupResponse)
+        ids[name] = resp.member_id
+        g.handle(join(name, resp.member_id), 0)
+    g.tick(DELAY)
+    out = g.handle(join("b", ids["b"]), DELAY + 10)  # b lost its response and retries
+    (resp,) = of(out, JoinGroupResponse)
+    assert resp.error is ErrorCode.NONE and resp.generation == 1
+    assert g.state is GroupState.COMPLETING_REBALANCE and not of(out, RebalanceStarted)
+
+
+def test_cooperative_follow_up_rebalance_after_revocation() -> None:
+    """A member that revoked partitions rejoins with its smaller owned set: a new generation."""
+    g = new_group()
+    ids, plan = form_group(g, ["a"], now=0)
+    owned = plan[ids["a"]]
+    sub = Subscription(("t",), owned_partitions=owned)
+    # The sole member (the leader) rejoins: everyone is in, so generation 2 completes at once.
+    (j,) = of(g.handle(join("a", ids["a"], sub=sub), 5_000), JoinGroupResponse)
+    assert j.generation == 2
+    g.handle(SyncGroup(next(_req), ids["a"], 2, None, {ids["a"]: owned[:3]}), 5_002)
+    revoked_sub = Subscription(("t",), owned_partitions=owned[:3])
+    out = g.handle(join("a", ids["a"], sub=revoked_sub), 5_003)
+    assert of(out, RebalanceStarted)

@@ -170,6 +170,8 @@ class LeaveGroupResponse:
 
 @dataclass(frozen=True)
 class RebalanceStarted:
+    """For logs and the rebalance counter; ``generation`` is the one being left."""
+
     group_id: str
     generation: int
     reason: str
@@ -177,6 +179,8 @@ class RebalanceStarted:
 
 @dataclass(frozen=True)
 class RebalanceCompleted:
+    """The leader's assignment is in: ``duration_ms`` runs from the first RebalanceStarted."""
+
     group_id: str
     generation: int
     duration_ms: int
@@ -191,6 +195,8 @@ class MemberRemoved:
 
 @dataclass(frozen=True)
 class StateChanged:
+    """The driver persists group metadata (``offsets.group_record``) on entering Stable or Empty."""
+
     group_id: str
     old: GroupState
     new: GroupState
@@ -219,7 +225,6 @@ class Member:
     awaiting_join: bool = False
     sync_request: object | None = None
     awaiting_sync: bool = False
-    is_new: bool = True
     synced: bool = False  # sent SyncGroup in this generation (pending-sync expiry spares it)
 
 
@@ -521,7 +526,6 @@ class Group:
             rebalance_timeout_ms=ev.rebalance_timeout_ms,
             deadline_ms=now + ev.session_timeout_ms,
             assignment=old.assignment,
-            is_new=False,
         )
         self.members[new_id] = member
         assert ev.group_instance_id is not None
@@ -635,7 +639,6 @@ class Group:
         self._set_state(GroupState.COMPLETING_REBALANCE)
         self._sync_deadline_ms = now + self._rebalance_timeout()
         for member in self.members.values():
-            member.is_new = False
             member.awaiting_sync = False
             member.sync_request = None
             self._touch(member, now)
@@ -693,7 +696,6 @@ class Group:
         return None
 
     def _mark_synced(self, member: Member) -> None:
-        member.is_new = False
         member.sync_request = None
         member.awaiting_sync = False
         member.synced = True

@@ -34,8 +34,12 @@ def test_deleted_offsets_fail_or_are_skipped(spark: Any, broker: str, topic_name
                 .option("startingOffsets", json.dumps({topic_name: {"0": 0}}))
                 .option("failOnDataLoss", fail).load())
 
-    with pytest.raises(Exception, match=rf"{topic_name}-0 offset 0: offsets \[0, {log_start}\) "
+    # Retention runs in the background and may delete more segments while the test runs, so
+    # the checks allow the log start to have moved on (never back) since it was observed.
+    with pytest.raises(Exception, match=rf"{topic_name}-0 offset 0: offsets \[0, \d+\) "
                                         r"were deleted .*failOnDataLoss=false"):
         load("true").collect()
     offsets = sorted(r.offset for r in load("false").select("offset").collect())
-    assert offsets == list(range(log_start, end))
+    assert offsets, "the records that survived retention are read"
+    assert offsets[0] >= log_start
+    assert offsets == list(range(offsets[0], end))

@@ -111,7 +111,12 @@ class ProducerCore:
         self.acc = RecordAccumulator(
             batch_size=settings.batch_size, linger_ms=settings.linger_ms,
             compression=settings.compression, buffer_memory=settings.buffer_memory,
-            max_in_flight_per_partition=settings.max_in_flight)
+            # One batch in flight per partition, always: gRPC dispatches the concurrent calls of
+            # one HTTP/2 connection in no guaranteed order, so two in-flight batches of a
+            # partition could be appended swapped even without a retry (measured: a test saw it
+            # under CPU load). Pipelining still happens across partitions (max_in_flight).
+            # Idempotent sequence numbers will let this relax, as in Kafka.
+            max_in_flight_per_partition=1)
         self.partitioner = DefaultPartitioner()
         self.retry = RetryPolicy(settings.retry_backoff_ms, settings.retry_backoff_max_ms,
                                  settings.retries)
@@ -246,8 +251,7 @@ class ProducerCore:
                     self.conns.add_topics(check.unknown_leader_topics)
                 if self.metadata.needs_refresh(now):
                     self._request_refresh(now)
-                nodes = [n for n in check.nodes
-                         if self.in_flight.get(n, 0) < self.settings.max_in_flight]
+                nodes = [n for n in check.nodes if self._may_send(n, check.full_nodes)]
                 if nodes:
                     drained = acc.drain(nodes, self._leader_of, self.settings.max_request_size,
                                         now)
@@ -279,6 +283,17 @@ class ProducerCore:
             for batch in acc.abort_all():
                 self._finish(batch, -1, -1, exc)
             raise
+
+    def _may_send(self, node: int, full_nodes: set[int]) -> bool:
+        """Pipeline up to ``max_in_flight`` requests to a node, but only for full batches (or a
+        flush): a batch that is merely due (linger passed) waits for the node's request in flight
+        to come back, gathering the records that arrive meanwhile (Nagle's rule). Profiled at
+        10k records/s with linger_ms=0: every Produce carried ~3 records and gRPC's per-call CPU
+        (~0.3 ms each side) saturated the 2 cores, so queueing set the latency."""
+        in_flight = self.in_flight.get(node, 0)
+        if in_flight == 0:
+            return True
+        return in_flight < self.settings.max_in_flight and node in full_nodes
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         assert self.loop is not None

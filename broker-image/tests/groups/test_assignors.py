@@ -179,3 +179,40 @@ def test_cooperative_gives_a_departed_members_partitions_out_at_once() -> None:
     first = cooperative_sticky_assign(_with_owned(["a", "b", "c"], ("t",), {}, -1), counts)
     after = cooperative_sticky_assign(_with_owned(["a", "b"], ("t",), first, 1), counts)
     _check_complete_and_balanced(after, counts)  # nothing owned by a survivor moved
+
+
+def test_sticky_kafka_javadoc_example_same_subscriptions() -> None:
+    """StickyAssignor javadoc: C0..C2 on t0..t3 x 2 partitions, then C1 leaves."""
+    counts = {"t0": 2, "t1": 2, "t2": 2, "t3": 2}
+    topics = tuple(counts)
+    first = sticky_assign(_with_owned(["C0", "C1", "C2"], topics, {}, -1), counts)
+    assert first == {
+        "C0": [("t0", 0), ("t1", 1), ("t3", 0)],
+        "C1": [("t0", 1), ("t2", 0), ("t3", 1)],
+        "C2": [("t1", 0), ("t2", 1)],
+    }
+    after = sticky_assign(_with_owned(["C0", "C2"], topics, first, 1), counts)
+    assert after == {
+        "C0": [("t0", 0), ("t1", 1), ("t2", 0), ("t3", 0)],
+        "C2": [("t0", 1), ("t1", 0), ("t2", 1), ("t3", 1)],
+    }
+
+
+def test_sticky_kafka_javadoc_example_different_subscriptions() -> None:
+    """StickyAssignor javadoc: C0 on t0, C1 on t0-t1, C2 on t0-t2; then C0 leaves."""
+    counts = {"t0": 1, "t1": 2, "t2": 3}
+    subs = {"C0": ("t0",), "C1": ("t0", "t1"), "C2": ("t0", "t1", "t2")}
+    first = sticky_assign([MemberSubscription(m, t) for m, t in subs.items()], counts)
+    assert first == {
+        "C0": [("t0", 0)],
+        "C1": [("t1", 0), ("t1", 1)],
+        "C2": [("t2", 0), ("t2", 1), ("t2", 2)],
+    }
+    survivors = [
+        MemberSubscription(m, subs[m], owned_partitions=tuple(first[m]), generation=1)
+        for m in ("C1", "C2")
+    ]
+    assert sticky_assign(survivors, counts) == {
+        "C1": [("t0", 0), ("t1", 0), ("t1", 1)],
+        "C2": [("t2", 0), ("t2", 1), ("t2", 2)],
+    }

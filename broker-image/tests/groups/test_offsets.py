@@ -32,7 +32,7 @@ DAY = 24 * 60 * 60 * 1000
 def java_hash_by_hand(s: str) -> int:
     """s[0]*31^(n-1) + ... + s[n-1], in 32-bit two's complement (ASCII ids)."""
     n = len(s)
-    h = sum(ord(c) * 31 ** (n - 1 - i) for i, c in enumerate(s)) % 2**32
+    h = int(sum(ord(c) * 31 ** (n - 1 - i) for i, c in enumerate(s)) % 2**32)
     return h - 2**32 if h >= 2**31 else h
 
 

@@ -279,11 +279,24 @@ def test_invalid_session_timeout_is_rejected() -> None:
 
 def test_partition_count_change_triggers_rebalance() -> None:
     g = new_group()
+    g.handle(MetadataChanged({"t": 6, "other": 1}), 0)  # known before the group forms
     form_group(g, ["a"], now=0)
     assert g.handle(MetadataChanged({"t": 6, "other": 1}), 4_000) == []
-    assert g.handle(MetadataChanged({"t": 6, "other": 9}), 4_001) == []  # not subscribed
+    assert g.handle(MetadataChanged({"other": 9}), 4_001) == []  # not subscribed
     out = g.handle(MetadataChanged({"t": 8}), 4_002)
     assert of(out, RebalanceStarted) and state_of(g) is GroupState.PREPARING_REBALANCE
+
+
+def test_first_metadata_after_forming_is_a_baseline_then_new_topic_rebalances() -> None:
+    g = new_group()
+    ids, _ = form_group(g, ["a"], now=0)
+    assert g.handle(MetadataChanged({"t": 6}), 4_000) == []  # baseline only
+    sub = Subscription(("t", "u"))
+    (resp,) = of(g.handle(join("a", ids["a"], sub=sub), 4_100), JoinGroupResponse)
+    g.handle(SyncGroup(next(_req), ids["a"], resp.generation, None, {}), 4_200)
+    assert state_of(g) is GroupState.STABLE
+    out = g.handle(MetadataChanged({"u": 3}), 4_300)  # subscribed topic u is created
+    assert of(out, RebalanceStarted)
 
 
 def test_follower_that_never_syncs_is_removed() -> None:

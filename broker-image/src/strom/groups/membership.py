@@ -284,6 +284,8 @@ class Group:
         self._sync_deadline_ms: int | None = None
         self._rebalance_start_ms: int | None = None
         self._partition_counts: dict[str, int] = {}
+        # Subscribed topics' partition counts when the current generation formed (None: unknown).
+        self._generation_counts: dict[str, int] | None = None
         self._out: list[Output] = []
 
     # ---- public front ---------------------------------------------------------------------
@@ -636,6 +638,7 @@ class Group:
             joined = [m.member_id for m in self.members.values() if m.awaiting_join]
             self.leader_id = joined[0] if joined else next(iter(self.members))
         self.protocol_name = self._select_protocol()
+        self._generation_counts = self._subscribed_counts() if self._partition_counts else None
         self._set_state(GroupState.COMPLETING_REBALANCE)
         self._sync_deadline_ms = now + self._rebalance_timeout()
         for member in self.members.values():
@@ -763,20 +766,22 @@ class Group:
         self._out.append(LeaveGroupResponse(ev.request_id, ErrorCode.NONE, tuple(results)))
 
     def _metadata_changed(self, ev: MetadataChanged, now: int) -> None:
-        topics = self.subscribed_topics()
-        counts = {t: n for t, n in ev.partition_counts.items() if t in topics}
-        before = {t: n for t, n in self._partition_counts.items() if t in topics}
+        """Rebalance when a subscribed topic's partition count differs from the one the current
+        generation was formed with (a topic appearing counts). Feed the driver's metadata when
+        the group is created and on every change; the first feed after a generation without
+        any is only a baseline."""
         self._partition_counts.update(ev.partition_counts)
-        if (
-            before
-            and counts != before
-            and self.state
-            in (
-                GroupState.STABLE,
-                GroupState.COMPLETING_REBALANCE,
-            )
-        ):
+        if self.state not in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            return
+        if self._generation_counts is None:
+            self._generation_counts = self._subscribed_counts()
+            return
+        if self._subscribed_counts() != self._generation_counts:
             self._prepare_rebalance(now, "partition count of a subscribed topic changed")
+
+    def _subscribed_counts(self) -> dict[str, int]:
+        topics = self.subscribed_topics()
+        return {t: n for t, n in self._partition_counts.items() if t in topics}
 
     # ---- helpers --------------------------------------------------------------------------
 

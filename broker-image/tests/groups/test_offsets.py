@@ -6,6 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from strom.groups.membership import (
+    Group,
+    GroupConfig,
+    GroupState,
+    Heartbeat,
+    HeartbeatResponse,
+    JoinGroup,
+    JoinGroupResponse,
+    Subscription,
+    SyncGroup,
+)
 from strom.groups.offsets import (
     GroupKey,
     GroupMetadata,
@@ -20,9 +31,11 @@ from strom.groups.offsets import (
     encode_group_value,
     encode_key,
     encode_offset_value,
+    group_metadata_from_snapshot,
     group_record,
     java_string_hash,
     partition_for_group,
+    snapshot_from_group_metadata,
 )
 from strom.protocol.errors import ErrorCode, StromError
 
@@ -185,3 +198,24 @@ def test_standalone_commits_expire_by_commit_time() -> None:
     assert store.expire(now_ms=11 * DAY, retention_ms=7 * DAY) == []
     (tomb,) = store.expire(now_ms=12 * DAY, retention_ms=7 * DAY)
     assert decode_key(tomb.key) == OffsetKey("solo", "t", 0) and tomb.value is None
+
+
+def test_coordinator_failover_restores_group_without_rebalance() -> None:
+    """Persist a Stable group, replay on a new coordinator, and members carry on heartbeating."""
+
+    g = Group("g", GroupConfig(initial_rebalance_delay_ms=0), new_member_id=lambda c: f"{c}-1")
+    (r,) = g.handle(JoinGroup(1, "", Subscription(("t",)), client_id="a"), 0)
+    assert isinstance(r, JoinGroupResponse)
+    out = g.handle(JoinGroup(2, r.member_id, Subscription(("t",)), client_id="a"), 0)
+    (joined,) = [o for o in out if isinstance(o, JoinGroupResponse)]
+    g.handle(SyncGroup(3, joined.member_id, 1, None, {joined.member_id: (("t", 0),)}), 10)
+    assert g.state is GroupState.STABLE
+
+    record = group_record("g", group_metadata_from_snapshot(g.snapshot(), 10))
+    loaded = OffsetStore.load([record])
+    restored = Group.restore(snapshot_from_group_metadata("g", loaded.groups["g"]), 1_000)
+    assert restored.state is GroupState.STABLE and restored.generation == 1
+    (hb,) = restored.handle(Heartbeat(4, joined.member_id, 1), 1_500)
+    assert hb == HeartbeatResponse(4, ErrorCode.NONE)
+    (sync,) = restored.handle(SyncGroup(5, joined.member_id, 1), 1_600)
+    assert getattr(sync, "assignment", None) == (("t", 0),)

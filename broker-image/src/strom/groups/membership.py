@@ -235,6 +235,8 @@ class MemberDescription:
     client_id: str
     subscription: Subscription
     assignment: tuple[TopicPartition, ...]
+    session_timeout_ms: int = 45_000
+    rebalance_timeout_ms: int = 300_000
 
 
 @dataclass(frozen=True)
@@ -386,11 +388,51 @@ class Group:
             leader_id=self.leader_id,
             members=tuple(
                 MemberDescription(
-                    m.member_id, m.group_instance_id, m.client_id, m.subscription, m.assignment
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.subscription,
+                    m.assignment,
+                    m.session_timeout_ms,
+                    m.rebalance_timeout_ms,
                 )
                 for m in self.members.values()
             ),
         )
+
+    @classmethod
+    def restore(
+        cls,
+        snapshot: GroupSnapshot,
+        now_ms: int,
+        config: GroupConfig | None = None,
+        new_member_id: Callable[[str], str] = _default_member_id,
+    ) -> Group:
+        """Rebuild a group a new coordinator loaded from ``__consumer_offsets`` (Kafka does the
+        same): members keep their ids and assignment and get a fresh session, so consumers that
+        keep heartbeating see no rebalance, and those that died expire as usual."""
+        group = cls(snapshot.group_id, config, new_member_id)
+        group.generation = snapshot.generation
+        group.protocol_type = snapshot.protocol_type
+        group.protocol_name = snapshot.protocol_name
+        group.leader_id = snapshot.leader_id
+        for d in snapshot.members:
+            group.members[d.member_id] = Member(
+                member_id=d.member_id,
+                group_instance_id=d.group_instance_id,
+                client_id=d.client_id,
+                subscription=d.subscription,
+                protocols=(snapshot.protocol_name,) if snapshot.protocol_name else (),
+                session_timeout_ms=d.session_timeout_ms,
+                rebalance_timeout_ms=d.rebalance_timeout_ms,
+                deadline_ms=now_ms + d.session_timeout_ms,
+                assignment=d.assignment,
+                synced=True,
+            )
+            if d.group_instance_id is not None:
+                group.static_members[d.group_instance_id] = d.member_id
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        return group
 
     def subscribed_topics(self) -> frozenset[str]:
         return frozenset(t for m in self.members.values() for t in m.subscription.topics)

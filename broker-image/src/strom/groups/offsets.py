@@ -17,6 +17,10 @@ Expiry follows Kafka >= 2.1 (KIP-211): offsets of a consumer group live while th
 members; once it is empty they expire ``offsets.retention.minutes`` after it became empty (after
 the commit, for groups never seen with members, i.e. standalone commits). When a group's last
 offset goes and it is empty, its metadata is tombstoned too.
+
+Group metadata is persisted from ``Group.snapshot()`` (``group_metadata_from_snapshot``) and turned
+back into a ``Group`` on failover (``snapshot_from_group_metadata`` then ``Group.restore``), so
+surviving consumers keep their generation and partitions when the coordinator moves.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from strom.groups.membership import GroupSnapshot, GroupState, MemberDescription, Subscription
 from strom.protocol.errors import ErrorCode, StromError
 
 TopicPartition = tuple[str, int]
@@ -414,3 +419,57 @@ class OffsetStore:
             if metadata is not None and len(expired) == len(committed):
                 records.append(group_record(group_id, None))
         return records
+
+
+# ---- group metadata <-> the membership state machine ----------------------------------------
+
+
+def group_metadata_from_snapshot(
+    snapshot: GroupSnapshot, now_ms: int, client_hosts: Mapping[str, str] | None = None
+) -> GroupMetadata:
+    """The value to persist when a group enters Stable or Empty (``StateChanged``)."""
+    hosts = client_hosts or {}
+    return GroupMetadata(
+        protocol_type=snapshot.protocol_type or "",
+        generation=snapshot.generation,
+        protocol_name=snapshot.protocol_name,
+        leader_id=snapshot.leader_id,
+        state_timestamp_ms=now_ms,
+        members=tuple(
+            StoredMember(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                hosts.get(m.member_id, ""),
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.subscription.topics,
+                m.assignment,
+            )
+            for m in snapshot.members
+        ),
+    )
+
+
+def snapshot_from_group_metadata(group_id: str, value: GroupMetadata) -> GroupSnapshot:
+    """What ``Group.restore`` needs, from a replayed group record."""
+    return GroupSnapshot(
+        group_id=group_id,
+        state=GroupState.STABLE if value.members else GroupState.EMPTY,
+        generation=value.generation,
+        protocol_type=value.protocol_type or None,
+        protocol_name=value.protocol_name,
+        leader_id=value.leader_id,
+        members=tuple(
+            MemberDescription(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                Subscription(m.topics),
+                m.assignment,
+                m.session_timeout_ms,
+                m.rebalance_timeout_ms,
+            )
+            for m in value.members
+        ),
+    )

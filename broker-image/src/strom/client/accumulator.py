@@ -32,6 +32,8 @@ class ReadyCheck:
     """What ``ready()`` found: leaders with sendable data, when to look again, unroutable topics."""
 
     nodes: set[int] = field(default_factory=set)
+    #: the subset of ``nodes`` with a full batch (or a flush / close forcing everything out)
+    full_nodes: set[int] = field(default_factory=set)
     next_check_ms: float = float("inf")
     unknown_leader_topics: set[str] = field(default_factory=set)
 
@@ -136,6 +138,8 @@ class RecordAccumulator:
                     check.unknown_leader_topics.add(tp.topic)
                     continue
                 check.nodes.add(leader)
+                if full or force:
+                    check.full_nodes.add(leader)
         return check
 
     def drain(self, nodes: Iterable[int], leader_of: Callable[[TopicPartition], int],

@@ -1,0 +1,181 @@
+"""``QuorumDriver`` in one event loop: three drivers over an in-memory loopback transport.
+
+Checks the driver's side of the Raft contract without sockets: a reply leaves a node only after
+what it promises is persisted (a granted vote after the vote, an append acknowledgement after the
+entries); proposals resolve with their index once applied, fail with NOT_CONTROLLER (with a
+leader hint) on followers, and fail with NOT_CONTROLLER when an isolated leader's entry is
+replaced; compaction snapshots the image into the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+
+import pytest
+
+from strom.controller.driver import NotControllerError, QuorumDriver
+from strom.controller.messages import AppendEntriesResponse, Message, VoteResponse
+from strom.controller.metadata import CreateTopic, Endpoint, RegisterBroker, encode_command
+from strom.controller.raft import RaftConfig
+from strom.controller.raftlog import MemoryRaftLog
+from strom.controller.transport import OnReply
+from strom.protocol.errors import ErrorCode
+
+
+class Loopback:
+    """Delivers to the other drivers of the same ``Net``; drops traffic of isolated nodes."""
+
+    def __init__(self, net: Net, me: int) -> None:
+        self.net, self.me = net, me
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def send(self, to: int, message: Message, on_reply: OnReply) -> None:
+        task = asyncio.create_task(self._call(to, message, on_reply))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _call(self, to: int, message: Message, on_reply: OnReply) -> None:
+        if self.net.cut(self.me, to):
+            return
+        reply = await self.net.drivers[to].receive(message)
+        if reply is None or self.net.cut(self.me, to):
+            return
+        self.net.check_durable(to, self.me, reply)
+        on_reply(reply)
+
+    async def close(self) -> None:
+        for t in list(self.tasks):
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+class Net:
+    def __init__(self, n: int, compact_every: int = 1000) -> None:
+        self.isolated: set[int] = set()
+        self.logs = {i: MemoryRaftLog() for i in range(n)}
+        self.violations: list[str] = []
+        voters = frozenset(range(n))
+        self.drivers = {
+            i: QuorumDriver(
+                RaftConfig(i, voters, election_timeout_ms=150, heartbeat_interval_ms=20),
+                self.logs[i],
+                Loopback(self, i),
+                tick_ms=5,
+                compact_every=compact_every,
+                rng=random.Random(i),
+            )
+            for i in range(n)
+        }
+
+    def cut(self, a: int, b: int) -> bool:
+        return a in self.isolated or b in self.isolated
+
+    def check_durable(self, node: int, candidate: int, reply: Message) -> None:
+        """What the reply promises is already in the node's persisted log."""
+        log = self.logs[node]
+        vote = isinstance(reply, VoteResponse) and reply.granted and not reply.pre_vote
+        if vote and (
+            log.term < reply.term or (log.term == reply.term and log.voted_for != candidate)
+        ):
+            self.violations.append(f"vote by {node} sent before persisted: {reply}")
+        if isinstance(reply, AppendEntriesResponse) and reply.success:
+            last = log.entries[-1].index if log.entries else log.snapshot.index
+            if last < reply.match_index:
+                self.violations.append(f"ack by {node} of {reply.match_index} > persisted {last}")
+
+    async def start(self) -> None:
+        for d in self.drivers.values():
+            await d.start()
+
+    async def stop(self) -> None:
+        for d in self.drivers.values():
+            await d.stop()
+
+    async def leader(self, among: set[int] | None = None, timeout: float = 5.0) -> int:
+        among = among if among is not None else set(self.drivers)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            claims = {self.drivers[i].leader_id for i in among}
+            if len(claims) == 1:
+                (leader,) = claims
+                if leader in among and self.drivers[leader].node.is_leader:
+                    return leader
+            await asyncio.sleep(0.01)
+        raise AssertionError("no leader agreed on")
+
+
+def _register(b: int) -> bytes:
+    return encode_command(RegisterBroker(b, uuid.uuid4().hex, (Endpoint("P", "h", 1),)))
+
+
+def _topic(name: str) -> bytes:
+    return encode_command(CreateTopic(name, uuid.uuid4().hex, ((0,),)))
+
+
+async def test_three_drivers_commit_and_apply_alike() -> None:
+    net = Net(3, compact_every=3)
+    await net.start()
+    try:
+        leader = await net.leader()
+        d = net.drivers[leader]
+        first = await d.propose(_register(0))
+        indexes = [await d.propose(_topic(f"t{k}")) for k in range(6)]
+        assert indexes == list(range(first + 1, first + 7))
+        with pytest.raises(Exception) as info:
+            await d.propose(_topic("t0"))
+        assert getattr(info.value, "code", None) is ErrorCode.TOPIC_ALREADY_EXISTS
+
+        follower = next(i for i in net.drivers if i != leader)
+        with pytest.raises(NotControllerError) as nc:
+            await net.drivers[follower].propose(_topic("x"))
+        assert nc.value.leader_hint == leader
+
+        async with asyncio.timeout(5):
+            while len({dr.image.to_snapshot() for dr in net.drivers.values()}) != 1:
+                await asyncio.sleep(0.01)
+        assert sorted(net.drivers[follower].image.topics) == [f"t{k}" for k in range(6)]
+        assert net.logs[leader].snapshot.index > 0  # compacted every 3 applied entries
+        assert d.status().match_index[follower] > 0
+        assert not net.violations, net.violations
+    finally:
+        await net.stop()
+
+
+async def test_isolated_leader_loses_its_uncommitted_proposal() -> None:
+    net = Net(3)
+    await net.start()
+    try:
+        old = await net.leader()
+        await net.drivers[old].propose(_register(0))
+        net.isolated.add(old)
+        stranded = asyncio.create_task(net.drivers[old].propose(_topic("lost")))
+        rest = set(net.drivers) - {old}
+        new = await net.leader(rest)
+        assert new != old
+        await net.drivers[new].propose(_topic("kept"))
+        net.isolated.clear()
+        async with asyncio.timeout(5):
+            with pytest.raises(NotControllerError):
+                await stranded
+            while "kept" not in net.drivers[old].image.topics:
+                await asyncio.sleep(0.01)
+        assert "lost" not in net.drivers[old].image.topics
+        assert await net.leader() == new
+        assert not net.violations, net.violations
+    finally:
+        await net.stop()
+
+
+async def test_single_driver_leads_alone() -> None:
+    net = Net(1)
+    await net.start()
+    try:
+        assert await net.leader() == 0
+        assert await net.drivers[0].propose(_register(0)) == 2  # after the no-op at 1
+        with pytest.raises(Exception) as info:
+            await net.drivers[0].propose(b"")
+        assert getattr(info.value, "code", None) is ErrorCode.INVALID_REQUEST
+    finally:
+        await net.stop()

@@ -114,6 +114,9 @@ class GrpcTransport:
         except grpc.aio.AioRpcError as exc:
             log.debug("%s to node %d failed: %s", type(message).__name__, to, exc.code())
             return
+        except Exception as exc:  # e.g. a channel closed under us while stopping
+            log.debug("%s to node %d failed: %r", type(message).__name__, to, exc)
+            return
         finally:
             self._in_flight[to] -= 1
         on_reply(from_pb(reply))

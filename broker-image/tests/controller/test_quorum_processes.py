@@ -34,7 +34,8 @@ from strom.controller.metadata import (
     RegisterBroker,
     encode_command,
 )
-from strom.protocol.errors import ErrorCode
+from strom.controller.quorum_client import QuorumClient
+from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
 
 pytestmark = pytest.mark.integration
@@ -371,3 +372,28 @@ def test_paused_leader_is_replaced_and_steps_down(quorum: Callable[..., Quorum])
     old = q.describe(leader)
     assert old is not None and old.role == "follower"
     q.wait_same_image(ALL, before | during)
+
+
+async def test_quorum_client_follows_the_leader_through_failover(
+    quorum: Callable[..., Quorum],
+) -> None:
+    q = quorum(3)
+    leader, term = q.wait_for_leader(ALL)
+    voters = {i: n.address for i, n in q.nodes.items()}
+    async with QuorumClient(voters) as client:
+        client.leader = next(i for i in ALL if i != leader)  # a stale guess: it must follow
+        for b in range(3):
+            await client.propose(_register(b))
+        assert client.leader == leader
+        await client.propose(_topic("c0"))
+        with pytest.raises(StromError) as info:
+            await client.propose(_topic("c0"))
+        assert info.value.code is ErrorCode.TOPIC_ALREADY_EXISTS
+
+        q.kill(leader)
+        index = await client.propose(_topic("c1"), timeout_s=20)
+        assert client.leader != leader and index > 0
+        image = await client.describe_metadata(client.leader)
+        assert {"c0", "c1"} <= set(image.topics)
+        view = await client.describe_quorum(client.leader)
+        assert view.role == "leader" and view.term > term

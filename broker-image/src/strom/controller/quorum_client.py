@@ -1,0 +1,117 @@
+"""Talking to a controller quorum from outside it: propose commands, read the image.
+
+Why it exists: brokers (registration, heartbeat consequences), the admin path and tools must reach
+whichever voter currently leads without knowing which one it is. ``QuorumClient`` remembers the
+leader it last learned of, follows NOT_CONTROLLER hints, and retries retriable failures (no leader
+yet, a voter down, a proposal that timed out) with a short backoff until its deadline.
+
+A retried proposal may have committed the first time (a timeout does not say it did not): callers
+propose commands that the image rejects when repeated (CreateTopic of an existing name) or that
+are harmless to repeat (RegisterBroker with the same incarnation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+
+from strom.controller.metadata import MetadataImage
+from strom.controller.transport import CHANNEL_OPTIONS
+from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
+
+__all__ = ["QuorumClient"]
+
+_RETRY = {ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT}
+
+
+class QuorumClient:
+    """An asyncio client of the ``Quorum`` service of the given voters (``id -> host:port``)."""
+
+    def __init__(self, voters: dict[int, str], *, backoff_s: float = 0.1) -> None:
+        if not voters:
+            raise ValueError("no controller voters given")
+        self._voters = dict(voters)
+        self._backoff_s = backoff_s
+        self._channels: dict[int, grpc.aio.Channel] = {}
+        self._stubs: dict[int, Any] = {}
+        self.leader: int | None = None
+        """The leader this client last learned of."""
+
+    def _stub(self, node: int) -> Any:
+        stub = self._stubs.get(node)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(self._voters[node], options=CHANNEL_OPTIONS)
+            self._channels[node] = channel
+            stub = self._stubs[node] = quorum_pb2_grpc.QuorumStub(channel)  # type: ignore[no-untyped-call]
+        return stub
+
+    def _next(self, after: int) -> int:
+        ids = sorted(self._voters)
+        return ids[(ids.index(after) + 1) % len(ids)]
+
+    async def propose(self, command: bytes, timeout_s: float = 15.0) -> int:
+        """The index ``command`` committed at; raises the image's error (e.g.
+        TOPIC_ALREADY_EXISTS) or, past the deadline, the last retriable error."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        target = self.leader if self.leader is not None else min(self._voters)
+        last = StromError(ErrorCode.NOT_CONTROLLER, "no controller answered")
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise last
+            try:
+                r = await self._stub(target).Propose(
+                    quorum_pb2.ProposeRequest(command=command), timeout=left
+                )
+            except grpc.aio.AioRpcError as exc:
+                last = StromError(
+                    ErrorCode.NETWORK_EXCEPTION, f"controller {target} unreachable: {exc.code()}"
+                )
+                self.leader = None
+                target = self._next(target)
+                await asyncio.sleep(self._backoff_s)
+                continue
+            if not r.HasField("error"):
+                self.leader = target
+                return int(r.index)
+            last = StromError(error_code_from_int(r.error.code), r.error.message)
+            if last.code not in _RETRY:
+                raise last
+            if r.leader_hint in self._voters and r.leader_hint != target:
+                target = self.leader = r.leader_hint
+            else:
+                self.leader = None
+                target = self._next(target)
+                await asyncio.sleep(self._backoff_s)
+
+    async def describe_quorum(
+        self, node: int, timeout_s: float = 5.0
+    ) -> quorum_pb2.DescribeQuorumResponse:
+        """``node``'s view of the quorum."""
+        reply: quorum_pb2.DescribeQuorumResponse = await self._stub(node).DescribeQuorum(
+            quorum_pb2.DescribeQuorumRequest(), timeout=timeout_s
+        )
+        return reply
+
+    async def describe_metadata(self, node: int, timeout_s: float = 5.0) -> MetadataImage:
+        """The metadata image ``node`` has applied."""
+        reply = await self._stub(node).DescribeMetadata(
+            quorum_pb2.DescribeMetadataRequest(), timeout=timeout_s
+        )
+        return MetadataImage.from_snapshot(bytes(reply.image))
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close(None)
+        self._channels.clear()
+        self._stubs.clear()
+
+    async def __aenter__(self) -> QuorumClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,7 +1,10 @@
 """The controller quorum: a Raft group of 1 or 3 voters that owns the cluster metadata log.
 
-The modules here are pure: ``raft`` is a sans-I/O state machine (events in, actions out),
-``raftlog`` is the durable log it is persisted to, ``metadata`` is the replicated state machine
-(the metadata image), and ``placement`` decides where new replicas go. A driver task (wired to
-gRPC elsewhere) owns one ``RaftNode`` and carries out the actions it returns.
+The core is pure: ``raft`` is a sans-I/O state machine (events in, actions out), ``raftlog`` the
+durable log it is persisted to, ``metadata`` the replicated state machine (the metadata image) and
+``placement`` decides where new replicas go. The I/O sits around it: ``driver`` is the one asyncio
+task that owns a ``RaftNode`` and carries out its actions in order (persist before send),
+``transport`` sends peer messages over gRPC, ``quorum_server`` serves the ``Quorum`` service and
+``quorum_client`` proposes commands to whichever node leads. ``python -m strom.controller`` runs a
+dedicated controller process.
 """

@@ -30,7 +30,7 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
     n_small = int(params["records_100b"])
     n_large = int(params["records_1k"])
     with tempfile.TemporaryDirectory(prefix="strom-bench-") as tmp, \
-            running_broker(Path(tmp), **{"log.segment.bytes": str(256 << 20)}) as broker:
+            running_broker(Path(tmp), config={"log.segment.bytes": str(256 << 20)}) as broker:
         bs = broker.bootstrap
         idle_rss = rss_bytes(broker.pid)
         # Workload 1: 1 topic, 1 partition, 100-byte records.
@@ -180,8 +180,8 @@ def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
                 results.append(Result(peer.NAME, label, f"{metric} MB/s",
                                       float(out[f"{metric} MB/s"]), "MB/s"))
             if label == "1p-100B" and "rss idle" in out:
-                _memory_rows(results, peer.NAME, label, float(out["rss idle"]),  # type: ignore[arg-type]
-                             float(out["rss load"]))  # type: ignore[arg-type]
+                _memory_rows(results, peer.NAME, label, float(out["rss idle"]),
+                             float(out["rss load"]))
             lats = out.get("latencies")
             if isinstance(lats, list):
                 for q in (50, 99, 99.9):

@@ -91,7 +91,8 @@ def consume_all(bootstrap: str, topic: str, partitions: int, records: int,
 
 
 def _latency_consumer(bootstrap: str, topic: str, partitions: int, expected: int,
-                      ready: mp.synchronize.Event, out: mp.Queue, timeout_s: float) -> None:
+                      ready: mp.synchronize.Event, out: mp.Queue[list[float]],
+                      timeout_s: float) -> None:
     consumer = Consumer(bootstrap, fetch_max_wait_ms=100, max_poll_records=10_000)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     consumer.assign(tps)
@@ -117,7 +118,7 @@ def end_to_end_latency(bootstrap: str, topic: str, partitions: int, rate: int, s
     total = int(rate * seconds)
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
-    out: mp.Queue = ctx.Queue()
+    out: mp.Queue[list[float]] = ctx.Queue()
     proc = ctx.Process(target=_latency_consumer,
                        args=(bootstrap, topic, partitions, total, ready, out, seconds + 60))
     proc.start()

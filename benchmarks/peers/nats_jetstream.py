@@ -9,6 +9,7 @@ import struct
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.peers._proc import RssSampler, find_binary, free_port, rss_bytes, server
 
@@ -39,7 +40,7 @@ async def _produce(url: str, subjects: list[str], records: int, value_size: int)
     value = os.urandom(value_size)
     n = len(subjects)
     start = time.perf_counter()
-    pending: list[asyncio.Future[object]] = []
+    pending: list[asyncio.Future[Any]] = []
     for i in range(records):
         pending.append(await js.publish_async(subjects[i % n], value))
         if len(pending) >= WINDOW:
@@ -78,6 +79,7 @@ async def _consume(url: str, stream: str, records: int) -> float:
 async def _latency(url: str, subject: str, rate: int, seconds: float, value_size: int
                    ) -> list[float]:
     import nats
+    from nats.js.api import DeliverPolicy
 
     nc = await nats.connect(url)
     js = nc.jetstream()
@@ -87,7 +89,8 @@ async def _latency(url: str, subject: str, rate: int, seconds: float, value_size
         data = msg.data  # type: ignore[attr-defined]
         latencies.append((time.time() - _TS.unpack_from(data)[0]) * 1000)
 
-    await js.subscribe(subject, cb=on_msg, manual_ack=False, deliver_policy="new")
+    await js.subscribe(subject, cb=on_msg, manual_ack=False,
+                       deliver_policy=DeliverPolicy.NEW)
     total = int(rate * seconds)
     pad = b"\0" * max(0, value_size - 8)
     start = time.perf_counter()

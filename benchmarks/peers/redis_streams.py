@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.peers._proc import RssSampler, find_binary, free_port, rss_bytes, server
 
@@ -38,7 +39,7 @@ class RedisPeer:
         self.log = tmp / "redis.log"
         self._redis = redis
 
-    def client(self):  # type: ignore[no-untyped-def]
+    def client(self) -> Any:
         return self._redis.Redis(host="127.0.0.1", port=self.port)
 
     def ready(self) -> bool:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import grpc
 import grpc.aio
@@ -20,6 +21,8 @@ from strom.client.metadata import ClusterMetadata
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", -1),
@@ -142,3 +145,40 @@ class Connections:
         self._admin_stubs.clear()
         for ch in channels:
             await ch.close(None)
+
+
+class MetadataRefresher:
+    """At most one background metadata refresh at a time, and at most one per backoff period.
+
+    The producer's sender and the consumer's fetcher both refresh when a partition has no known
+    leader or a broker says NOT_LEADER_OR_FOLLOWER; without the throttle, a burst of such errors
+    would send a Metadata call per error.
+    """
+
+    def __init__(self, conns: Connections, backoff_ms: int, on_done: Callable[[], None]) -> None:
+        self._conns = conns
+        self._backoff_ms = max(backoff_ms, 10)
+        self._on_done = on_done
+        self._next_ms = 0.0
+        self.task: asyncio.Task[None] | None = None
+
+    def request(self, loop: asyncio.AbstractEventLoop, now_ms: float) -> None:
+        if self.task is not None and not self.task.done():
+            return
+        if now_ms < self._next_ms:
+            return
+        self._next_ms = now_ms + self._backoff_ms
+        self.task = loop.create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        try:
+            await self._conns.refresh_metadata()
+        except StromError as exc:
+            log.debug("metadata refresh failed: %s", exc)
+        finally:
+            self._on_done()
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+

@@ -25,7 +25,7 @@ import grpc
 
 from strom.client.backoff import RetryPolicy
 from strom.client.config import parse_bootstrap, parse_offset_reset, require_positive
-from strom.client.connections import Connections, now_ms, rpc_error
+from strom.client.connections import Connections, MetadataRefresher, now_ms, rpc_error
 from strom.client.metadata import ClusterMetadata
 from strom.client.models import TopicPartition
 from strom.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
@@ -93,8 +93,7 @@ class ConsumerCore:
         self._task: asyncio.Task[None] | None = None
         self._fetches: dict[int, asyncio.Task[None]] = {}
         self._resets: set[asyncio.Task[None]] = set()
-        self._refreshing: asyncio.Task[None] | None = None
-        self._next_refresh_ms = 0.0
+        self._refresher = MetadataRefresher(self.conns, settings.retry_backoff_ms, self.wake)
         self.check_crcs = False
         self.closed = False
 
@@ -118,7 +117,7 @@ class ConsumerCore:
 
     async def close(self) -> None:
         self.closed = True
-        for t in [self._task, self._refreshing, *self._fetches.values(), *self._resets]:
+        for t in [self._task, self._refresher.task, *self._fetches.values(), *self._resets]:
             if t is not None:
                 t.cancel()
         await self.conns.close()
@@ -259,21 +258,8 @@ class ConsumerCore:
         self.wake()
 
     def _request_refresh(self, now: float) -> None:
-        if self._refreshing is not None and not self._refreshing.done():
-            return
-        if now < self._next_refresh_ms:
-            return
-        self._next_refresh_ms = now + max(self.settings.retry_backoff_ms, 10)
         assert self.loop is not None
-        self._refreshing = self.loop.create_task(self._refresh())
-
-    async def _refresh(self) -> None:
-        try:
-            await self.conns.refresh_metadata()
-        except StromError as exc:
-            log.debug("metadata refresh failed: %s", exc)
-        finally:
-            self.wake()
+        self._refresher.request(self.loop, now)
 
     async def _fetch(self, node: int, wanted: dict[TopicPartition, tuple[int, int]]) -> None:
         s = self.settings

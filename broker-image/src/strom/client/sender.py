@@ -30,7 +30,7 @@ import grpc
 from strom.client.accumulator import RecordAccumulator
 from strom.client.backoff import RetryPolicy
 from strom.client.config import parse_acks, parse_bootstrap, require_positive
-from strom.client.connections import Connections, now_ms, rpc_error
+from strom.client.connections import Connections, MetadataRefresher, now_ms, rpc_error
 from strom.client.metadata import ClusterMetadata
 from strom.client.models import TopicPartition
 from strom.client.partitioner import DefaultPartitioner
@@ -128,8 +128,7 @@ class ProducerCore:
         self._wake: asyncio.Event | None = None
         self._completed: asyncio.Event | None = None
         self._sender: asyncio.Task[None] | None = None
-        self._refreshing: asyncio.Task[None] | None = None
-        self._next_refresh_ms = 0.0
+        self._refresher = MetadataRefresher(self.conns, settings.retry_backoff_ms, self.wake)
         self._flush_waiters: list[tuple[set[ProducerBatch], asyncio.Future[None]]] = []
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
@@ -302,21 +301,8 @@ class ProducerCore:
         task.add_done_callback(self._tasks.discard)
 
     def _request_refresh(self, now: float) -> None:
-        if self._refreshing is not None and not self._refreshing.done():
-            return
-        if now < self._next_refresh_ms:
-            return
-        self._next_refresh_ms = now + max(self.settings.retry_backoff_ms, 10)
         assert self.loop is not None
-        self._refreshing = self.loop.create_task(self._refresh())
-
-    async def _refresh(self) -> None:
-        try:
-            await self.conns.refresh_metadata()
-        except StromError as exc:
-            log.debug("metadata refresh failed: %s", exc)
-        finally:
-            self.wake()
+        self._refresher.request(self.loop, now)
 
     async def _send(self, node: int, batches: list[ProducerBatch]) -> None:
         s = self.settings
@@ -440,6 +426,5 @@ class ProducerCore:
             self._finish(batch, -1, -1, err)
         for task in list(self._tasks):
             task.cancel()
-        if self._refreshing is not None:
-            self._refreshing.cancel()
+        self._refresher.cancel()
         await self.conns.close()

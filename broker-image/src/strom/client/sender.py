@@ -417,6 +417,12 @@ class ProducerCore:
                 self._sender.cancel()
             except Exception:  # the sender already logged and failed its batches
                 pass
+        calls = [t for t in self._tasks if not t.done()]
+        if calls:
+            # acks=0 batches complete as soon as they are handed to gRPC, but their calls are
+            # still on the wire: closing the channel now would drop them. Kafka's close() also
+            # lets in-flight sends finish.
+            await asyncio.wait(calls, timeout=timeout_s if timeout_s is not None else 30.0)
         self.closed = True
         err = StromError(ErrorCode.NETWORK_EXCEPTION,
                          "producer closed before the record was acknowledged")

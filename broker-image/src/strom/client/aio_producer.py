@@ -15,11 +15,17 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from strom.client.models import RecordMetadata
 from strom.client.producer_batch import DeliveryCallback
-from strom.client.sender import BufferFull, NeedMetadata, ProducerCore, ProducerSettings
+from strom.client.sender import (
+    BufferFull,
+    NeedMetadata,
+    ProducerCore,
+    ProducerOptions,
+    ProducerSettings,
+)
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import Header
 
@@ -33,35 +39,11 @@ class AsyncProducer:
     """Kafka-style producer for asyncio. Use ``async with AsyncProducer(...) as p``, or
     ``await p.start()`` ... ``await p.close()``."""
 
-    def __init__(
-        self,
-        bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
-        *,
-        acks: int | str = 1,
-        linger_ms: int = 5,
-        batch_size: int = 262144,
-        compression_type: str = "none",
-        retries: int = 2147483647,
-        retry_backoff_ms: int = 100,
-        retry_backoff_max_ms: int = 1000,
-        delivery_timeout_ms: int = 120000,
-        request_timeout_ms: int = 30000,
-        max_in_flight_requests_per_connection: int = 5,
-        max_request_size: int = 4 * 1048576,
-        buffer_memory: int = 32 * 1048576,
-        max_block_ms: int = 60000,
-        partitioner: str = "default",
-    ) -> None:
-        self._settings = ProducerSettings.build(
-            bootstrap_servers, acks=acks, linger_ms=linger_ms, batch_size=batch_size,
-            compression_type=compression_type, retries=retries,
-            retry_backoff_ms=retry_backoff_ms, retry_backoff_max_ms=retry_backoff_max_ms,
-            delivery_timeout_ms=delivery_timeout_ms, request_timeout_ms=request_timeout_ms,
-            max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
-            max_request_size=max_request_size, buffer_memory=buffer_memory,
-            max_block_ms=max_block_ms, partitioner=partitioner)
+    def __init__(self, bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
+                 **options: Unpack[ProducerOptions]) -> None:
+        self._settings = ProducerSettings.build(bootstrap_servers, **options)
         self._core = ProducerCore(self._settings)
-        self._max_block_s = max_block_ms / 1000.0
+        self._max_block_s = self._settings.max_block_ms / 1000.0
         self._parked: deque[_Parked] = deque()
         self._drainer: asyncio.Task[None] | None = None
         self._started = False

@@ -12,8 +12,9 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from types import TracebackType
+from typing import Unpack
 
-from strom.client.fetcher import ConsumerCore, ConsumerSettings
+from strom.client.fetcher import ConsumerCore, ConsumerOptions, ConsumerSettings
 from strom.client.loop_thread import LoopThread
 from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 from strom.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -24,35 +25,15 @@ from strom.protocol.records import Record
 class Consumer:
     """Kafka-style consumer with manual partition assignment. Not thread-safe (as in Kafka)."""
 
-    def __init__(
-        self,
-        bootstrap_servers: str | list[str] = "127.0.0.1:9092",
-        *,
-        fetch_max_wait_ms: int = 500,
-        fetch_min_bytes: int = 1,
-        fetch_max_bytes: int = 52428800,
-        max_partition_fetch_bytes: int = 1048576,
-        max_poll_records: int = 500,
-        auto_offset_reset: str = "latest",
-        request_timeout_ms: int = 30000,
-        retry_backoff_ms: int = 100,
-        retry_backoff_max_ms: int = 1000,
-        check_crcs: bool = False,
-    ) -> None:
-        self._settings = ConsumerSettings.build(
-            bootstrap_servers, fetch_max_wait_ms=fetch_max_wait_ms,
-            fetch_min_bytes=fetch_min_bytes, fetch_max_bytes=fetch_max_bytes,
-            max_partition_fetch_bytes=max_partition_fetch_bytes,
-            max_poll_records=max_poll_records, auto_offset_reset=auto_offset_reset,
-            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
-            retry_backoff_max_ms=retry_backoff_max_ms)
+    def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092",
+                 **options: Unpack[ConsumerOptions]) -> None:
+        self._settings = ConsumerSettings.build(bootstrap_servers, **options)
         self._cond = threading.Condition()
         self._seq = 0
         self._core = ConsumerCore(self._settings, self._notify)
-        self._core.check_crcs = check_crcs
         self._thread = LoopThread("strom-consumer")
         self._closed = False
-        self._timeout_s = request_timeout_ms / 1000.0
+        self._timeout_s = self._settings.request_timeout_ms / 1000.0
 
         async def _start() -> None:
             self._core.start()

@@ -20,6 +20,7 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict
 
 import grpc
 
@@ -45,6 +46,21 @@ FETCH_CHUNK_BYTES = 1 << 20
 PREFETCH_DEPTH = 4
 
 
+class ConsumerOptions(TypedDict, total=False):
+    """The keyword options of ``Consumer`` and ``AsyncConsumer`` (defaults in ``build``)."""
+
+    fetch_max_wait_ms: int
+    fetch_min_bytes: int
+    fetch_max_bytes: int
+    max_partition_fetch_bytes: int
+    max_poll_records: int
+    auto_offset_reset: str
+    request_timeout_ms: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    check_crcs: bool
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerSettings:
     bootstrap: list[tuple[str, int]]
@@ -57,12 +73,16 @@ class ConsumerSettings:
     request_timeout_ms: int
     retry_backoff_ms: int
     retry_backoff_max_ms: int
+    check_crcs: bool
 
     @classmethod
-    def build(cls, bootstrap_servers: str | list[str], *, fetch_max_wait_ms: int,
-              fetch_min_bytes: int, fetch_max_bytes: int, max_partition_fetch_bytes: int,
-              max_poll_records: int, auto_offset_reset: str, request_timeout_ms: int,
-              retry_backoff_ms: int, retry_backoff_max_ms: int) -> ConsumerSettings:
+    def build(cls, bootstrap_servers: str | list[str], *, fetch_max_wait_ms: int = 500,
+              fetch_min_bytes: int = 1, fetch_max_bytes: int = 52428800,
+              max_partition_fetch_bytes: int = 1048576, max_poll_records: int = 500,
+              auto_offset_reset: str = "latest", request_timeout_ms: int = 30000,
+              retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
+              check_crcs: bool = False) -> ConsumerSettings:
+        """Validate the options (one place for their defaults, shared by both consumers)."""
         return cls(
             bootstrap=parse_bootstrap(bootstrap_servers),
             fetch_max_wait_ms=max(0, fetch_max_wait_ms),
@@ -75,6 +95,7 @@ class ConsumerSettings:
             request_timeout_ms=require_positive("request_timeout_ms", request_timeout_ms),
             retry_backoff_ms=max(0, retry_backoff_ms),
             retry_backoff_max_ms=max(retry_backoff_ms, retry_backoff_max_ms),
+            check_crcs=check_crcs,
         )
 
 
@@ -94,7 +115,6 @@ class ConsumerCore:
         self._fetches: dict[int, asyncio.Task[None]] = {}
         self._resets: set[asyncio.Task[None]] = set()
         self._refresher = MetadataRefresher(self.conns, settings.retry_backoff_ms, self.wake)
-        self.check_crcs = False
         self.closed = False
 
     # --- lifecycle (on the loop) ---------------------------------------------------------
@@ -138,7 +158,7 @@ class ConsumerCore:
                 if c is None:
                     break
             if c.records is None:
-                if self.check_crcs:
+                if self.settings.check_crcs:
                     _check_crcs(c)
                 c.records = decode_batches(c.data, c.tp.topic, c.tp.partition, c.fetch_offset)
             want = max_records - len(out)

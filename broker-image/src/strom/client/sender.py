@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import grpc
 
@@ -53,6 +53,25 @@ class BufferFull(Exception):
     """Internal: buffer_memory is used up; wait for a batch to complete and try again."""
 
 
+class ProducerOptions(TypedDict, total=False):
+    """The keyword options of ``Producer`` and ``AsyncProducer`` (defaults in ``build``)."""
+
+    acks: int | str
+    linger_ms: int
+    batch_size: int
+    compression_type: str
+    retries: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    delivery_timeout_ms: int
+    request_timeout_ms: int
+    max_in_flight_requests_per_connection: int
+    max_request_size: int
+    buffer_memory: int
+    max_block_ms: int
+    partitioner: str
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerSettings:
     bootstrap: list[tuple[str, int]]
@@ -71,11 +90,14 @@ class ProducerSettings:
     max_block_ms: int
 
     @classmethod
-    def build(cls, bootstrap_servers: str | Sequence[str], *, acks: int | str, linger_ms: int,
-              batch_size: int, compression_type: str, retries: int, retry_backoff_ms: int,
-              retry_backoff_max_ms: int, delivery_timeout_ms: int, request_timeout_ms: int,
-              max_in_flight_requests_per_connection: int, max_request_size: int,
-              buffer_memory: int, max_block_ms: int, partitioner: str) -> ProducerSettings:
+    def build(cls, bootstrap_servers: str | Sequence[str], *, acks: int | str = 1,
+              linger_ms: int = 5, batch_size: int = 262144, compression_type: str = "none",
+              retries: int = 2147483647, retry_backoff_ms: int = 100,
+              retry_backoff_max_ms: int = 1000, delivery_timeout_ms: int = 120000,
+              request_timeout_ms: int = 30000, max_in_flight_requests_per_connection: int = 5,
+              max_request_size: int = 4 * 1048576, buffer_memory: int = 32 * 1048576,
+              max_block_ms: int = 60000, partitioner: str = "default") -> ProducerSettings:
+        """Validate the options (one place for their defaults, shared by both producers)."""
         if partitioner not in ("default", "murmur2", "sticky"):
             raise StromError(ErrorCode.INVALID_CONFIG,
                              f"partitioner={partitioner!r} is not supported; use 'default'")

@@ -85,7 +85,7 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
                                   peers=["strom (empty log)"] if topic == "big" else [],
                                   extra={"log_bytes_before": big if topic == "big" else 0}))
         for topic, label in (("empty", "strom (empty log)"), ("big", "strom (big log)")):
-            c = _consume_tail(bs, topic, n)
+            c = sw.consume_all(bs, topic, 1, n, tail=True)
             results.append(Result(label, "growth", "consume tail", c.records_per_s, "records/s",
                                   peers=["strom (empty log)"] if topic == "big" else []))
 
@@ -131,30 +131,6 @@ def run_strom_partitions(params: dict[str, int | float], results: list[Result]) 
             results.append(Result(name, "partitions", "produce", t.records_per_s, "records/s",
                                   peers=[] if count == 1 else [base],
                                   extra={"rss_peak": rss.peak}))
-
-
-def _consume_tail(bs: str, topic: str, n: int) -> sw.Throughput:
-    """Read the last ``n`` records of a one-partition topic (reads at the head of a big log)."""
-    import time
-
-    from strom.client import Consumer, TopicPartition
-
-    consumer = Consumer(bs, max_poll_records=100_000, fetch_max_bytes=64 << 20,
-                        max_partition_fetch_bytes=8 << 20)
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        end = consumer.end_offsets([tp])[tp]
-        consumer.seek(tp, max(0, end - n))
-        got = nbytes = 0
-        start = time.perf_counter()
-        while got < n and time.perf_counter() - start < 300:
-            for r in consumer.poll(timeout_ms=1000):
-                got += 1
-                nbytes += len(r.value or b"")
-        return sw.Throughput(got, time.perf_counter() - start, nbytes)
-    finally:
-        consumer.close()
 
 
 def run_peers(params: dict[str, int | float], results: list[Result]) -> None:

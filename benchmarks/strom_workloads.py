@@ -65,14 +65,19 @@ def produce(bootstrap: str, topic: str, records: int, value_size: int, *, acks: 
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, records: int,
-                timeout_s: float = 300.0) -> Throughput:
-    """Read ``records`` from the beginning of every partition (consumer catch-up)."""
+                timeout_s: float = 300.0, *, tail: bool = False) -> Throughput:
+    """Read ``records`` from the beginning of every partition (consumer catch-up), or with
+    ``tail`` the last ``records / partitions`` of each (reads at the head of a big log)."""
     consumer = Consumer(bootstrap, max_poll_records=100_000, fetch_max_bytes=64 << 20,
                         max_partition_fetch_bytes=8 << 20)
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
+        if tail:
+            for tp, end in consumer.end_offsets(tps).items():
+                consumer.seek(tp, max(0, end - records // partitions))
+        else:
+            consumer.seek_to_beginning(*tps)
         got = 0
         nbytes = 0
         start = time.perf_counter()

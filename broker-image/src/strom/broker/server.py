@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from strom.broker.health import HealthServer
 from strom.broker.service import AdminService, BrokerService
 from strom.protocol.errors import StromError
 from strom.protocol.v1 import admin_pb2_grpc, broker_pb2_grpc
+from strom.shutdown import stop_on_signals
 
 log = logging.getLogger("strom.broker")
 
@@ -153,25 +153,16 @@ async def serve(config: BrokerConfig, *, ready: asyncio.Event | None = None,
                 stop: asyncio.Event | None = None) -> None:
     """Run a broker until SIGTERM/SIGINT (or ``stop`` is set); sets ``ready`` when serving."""
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    with stop_on_signals(stop):
+        server = BrokerServer(config)
         try:
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass  # not the main thread (in-process tests): rely on ``stop``
-    server = BrokerServer(config)
-    try:
-        await server.start()
-        if ready is not None:
-            ready.set()
-        await stop.wait()
-        log.info("shutting down (grace %.1fs)", config.shutdown_timeout_s)
-    finally:
-        await server.stop()
-        for sig in installed:
-            loop.remove_signal_handler(sig)
+            await server.start()
+            if ready is not None:
+                ready.set()
+            await stop.wait()
+            log.info("shutting down (grace %.1fs)", config.shutdown_timeout_s)
+        finally:
+            await server.stop()
 
 
 def configure_logging(level: str) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from strom.controller.transport import MAX_MESSAGE_BYTES, GrpcTransport
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.status import error_info
 from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
+from strom.shutdown import stop_on_signals
 
 __all__ = ["ControllerConfig", "QuorumService", "parse_voters", "serve"]
 
@@ -190,14 +190,6 @@ class ControllerConfig:
 async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> int:
     """Run one controller until SIGTERM/SIGINT or ``stop``; the process exit status."""
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
     peers = {n: a for n, a in config.voters.items() if n != config.node_id}
     driver = QuorumDriver(
         config.raft_config(),
@@ -221,24 +213,24 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
     quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]
         QuorumService(driver, config.voters), server
     )
-    status = 0
-    try:
-        await driver.start()
-        await server.start()
-        log.info("strom controller %d serving on %s", config.node_id, address)
-        assert driver.task is not None
-        stopping = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({stopping, driver.task}, return_when=asyncio.FIRST_COMPLETED)
-        if driver.task in done:
-            log.error("the Raft driver failed: %r", driver.task.exception())
-            status = 1
-        stopping.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await stopping
-        log.info("strom controller %d shutting down", config.node_id)
-    finally:
-        await server.stop(2.0)
-        await driver.stop()
-        for sig in installed:
-            loop.remove_signal_handler(sig)
+    with stop_on_signals(stop):
+        status = 0
+        try:
+            await driver.start()
+            await server.start()
+            log.info("strom controller %d serving on %s", config.node_id, address)
+            assert driver.task is not None
+            stopping = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait({stopping, driver.task},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if driver.task in done:
+                log.error("the Raft driver failed: %r", driver.task.exception())
+                status = 1
+            stopping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopping
+            log.info("strom controller %d shutting down", config.node_id)
+        finally:
+            await server.stop(2.0)
+            await driver.stop()
     return status

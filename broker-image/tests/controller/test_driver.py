@@ -45,6 +45,9 @@ class Loopback:
         self.net.check_durable(to, self.me, reply)
         on_reply(reply)
 
+    def update_addresses(self, addresses: object) -> None:
+        pass
+
     async def close(self) -> None:
         for t in list(self.tasks):
             t.cancel()

@@ -61,6 +61,7 @@ TOPIC_DEFAULT_KEYS: dict[str, str] = {
     "message.max.bytes": "max.message.bytes",
     "log.message.timestamp.type": "message.timestamp.type",
     "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 
 _KEYS: tuple[_Key, ...] = (
@@ -98,6 +99,40 @@ _KEYS: tuple[_Key, ...] = (
     _Key("shutdown.timeout.ms", "int", 10_000, 0, 3_600_000,
          "Grace period for in-flight requests on SIGTERM."),
     _Key("log.level", "level", "INFO", doc="DEBUG, INFO, WARNING or ERROR."),
+    # -- clustering (KRaft-style controller quorum, replication) --------------------------------
+    _Key("process.roles", "str", "",
+         doc="broker, controller or broker,controller (default: broker,controller when this "
+             "broker is in controller.quorum.voters or the voter list is empty, else broker)."),
+    _Key("controller.quorum.voters", "str", "",
+         doc="ID@HOST:PORT,... of the controller voters (in combined mode a voter's port is its "
+             "broker port); empty = this broker alone is the controller."),
+    _Key("controller.election.timeout.ms", "int", 1000, 50, 600_000,
+         "Raft election timeout of the controller quorum (each wait is drawn from [t, 2t))."),
+    _Key("controller.heartbeat.interval.ms", "int", 100, 10, 60_000,
+         "Raft heartbeat interval of the controller leader."),
+    _Key("metadata.compact.every", "int", 1000, 10, 10_000_000,
+         "Snapshot the metadata image every N applied metadata log entries."),
+    _Key("broker.heartbeat.interval.ms", "int", 500, 10, 60_000,
+         "How often a broker heart-beats to the active controller."),
+    _Key("broker.session.timeout.ms", "int", 3000, 100, 600_000,
+         "A broker that has not heart-beaten for this long is fenced and loses leadership."),
+    _Key("replica.lag.time.max.ms", "int", 10_000, 100, 3_600_000,
+         "A follower that has not caught up for this long is removed from the ISR."),
+    _Key("replica.fetch.wait.max.ms", "int", 500, 0, 60_000,
+         "Long-poll time of a follower's fetch from its leader."),
+    _Key("replica.fetch.max.bytes", "int", 1_048_576, 1024, 2**31 - 1,
+         "Bytes per partition a follower fetches at most per request."),
+    _Key("replica.fetch.response.max.bytes", "int", 10_485_760, 1024, 2**31 - 1,
+         "Bytes per follower fetch response at most."),
+    _Key("auto.leader.rebalance.enable", "bool", True,
+         doc="Move leadership back to preferred replicas when they are in sync again."),
+    _Key("leader.imbalance.check.interval.ms", "int", 30_000, 100, 2**31 - 1,
+         "How often the controller checks for partitions not led by their preferred replica."),
+    _Key("unclean.leader.election.enable", "bool", None,
+         doc="Default for topics: elect an out-of-sync replica when no in-sync one is left "
+             "(may lose acknowledged records)."),
+    _Key("producer.id.expiration.ms", "int", 86_400_000, 1000, 2**31 - 1,
+         "Forget an idempotent producer's sequence state after this long without writes."),
 )
 
 KEYS: dict[str, _Key] = {k.name: k for k in _KEYS}
@@ -125,7 +160,9 @@ class BrokerConfig:
             values[name] = _convert(key, value)
         for key in _KEYS:
             values.setdefault(key.name, key.default)
-        return cls(values, frozenset(raw), _topic_defaults(values))
+        config = cls(values, frozenset(raw), _topic_defaults(values))
+        _check_cluster_keys(config)
+        return config
 
     def get(self, name: str) -> Any:
         return self.values[name]
@@ -193,6 +230,30 @@ class BrokerConfig:
     @property
     def log_level(self) -> str:
         return str(self.values["log.level"])
+
+    @property
+    def process_roles(self) -> frozenset[str]:
+        """``{"broker"}``, ``{"controller"}`` or both; defaults as documented on the key."""
+        text = str(self.values["process.roles"])
+        if text:
+            return frozenset(r.strip() for r in text.split(",") if r.strip())
+        voters = self.quorum_voters
+        if not self.values["controller.quorum.voters"] or self.broker_id in voters:
+            return frozenset({"broker", "controller"})
+        return frozenset({"broker"})
+
+    @property
+    def quorum_voters(self) -> dict[int, str]:
+        """Voter id -> host:port; empty when this broker is the only controller."""
+        return parse_voters(str(self.values["controller.quorum.voters"]))
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.process_roles
+
+    def ms(self, name: str) -> float:
+        """A ``*.ms`` key in seconds."""
+        return int(self.values[name]) / 1000.0
 
     def describe(self) -> list[tuple[str, str, bool]]:
         """Every key as (name, value as a string, is_default), sorted by name."""
@@ -445,3 +506,50 @@ def _topic_defaults(values: Mapping[str, Any]) -> LogConfig:
                 f"{topic_key}): {err.message}"
             ) from None
     return config
+
+
+def parse_voters(text: str) -> dict[int, str]:
+    """``0@127.0.0.1:9092,1@127.0.0.1:9093`` -> ``{0: "127.0.0.1:9092", 1: ...}``."""
+    out: dict[int, str] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        node, sep, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not host or not node.strip().isdigit() or not port.isdigit():
+            raise ConfigError(f"controller.quorum.voters: {item!r} is not ID@HOST:PORT "
+                              f"(e.g. 0@127.0.0.1:9092)")
+        if int(node) in out:
+            raise ConfigError(f"controller.quorum.voters: voter {int(node)} is listed twice")
+        out[int(node)] = address
+    return out
+
+
+def _check_cluster_keys(config: BrokerConfig) -> None:
+    roles = config.process_roles
+    bad = sorted(roles - {"broker", "controller"})
+    if bad or not roles:
+        raise ConfigError(f"process.roles={config.values['process.roles']!r} is invalid; use "
+                          f"broker, controller or broker,controller")
+    voters = config.quorum_voters
+    if "controller" in roles and voters and config.broker_id not in voters:
+        raise ConfigError(f"process.roles includes controller but broker.id={config.broker_id} "
+                          f"is not in controller.quorum.voters ({sorted(voters)}); add it or "
+                          f"set process.roles=broker")
+    if "controller" not in roles and not voters:
+        raise ConfigError("process.roles=broker needs controller.quorum.voters (the "
+                          "controllers to follow), e.g. 0@127.0.0.1:9092")
+    if len(voters) % 2 == 0 and voters:
+        log.warning("controller.quorum.voters has %d voters; an odd count (1 or 3) tolerates "
+                    "the same failures with fewer nodes", len(voters))
+    hb, session = (int(config.values["broker.heartbeat.interval.ms"]),
+                   int(config.values["broker.session.timeout.ms"]))
+    if hb >= session:
+        raise ConfigError(f"broker.heartbeat.interval.ms={hb} must be smaller than "
+                          f"broker.session.timeout.ms={session}")
+    el, raft_hb = (int(config.values["controller.election.timeout.ms"]),
+                   int(config.values["controller.heartbeat.interval.ms"]))
+    if raft_hb >= el:
+        raise ConfigError(f"controller.heartbeat.interval.ms={raft_hb} must be smaller than "
+                          f"controller.election.timeout.ms={el}")

@@ -31,6 +31,7 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from strom.controller.messages import (
@@ -127,6 +128,8 @@ class QuorumDriver:
         tick_ms: int = 10,
         compact_every: int = 1000,
         rng: random.Random | None = None,
+        on_apply: Callable[[MetadataImage], None] | None = None,
+        manage_observers: bool = False,
     ) -> None:
         self.config = config
         self.image = MetadataImage()
@@ -143,6 +146,9 @@ class QuorumDriver:
         self._hard_state: tuple[int, int | None] | None = None
         self._since_compact = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._on_apply = on_apply
+        self._manage_observers = manage_observers
+        self._observers: dict[int, str] = {}
         self.task: asyncio.Task[None] | None = None
         """The run task; it ends with an exception if persisting failed."""
 
@@ -299,8 +305,10 @@ class QuorumDriver:
                     self._transport.send(action.to, action.message, self.deliver)
             elif isinstance(action, Apply):
                 queue.extend(self._apply(action))
+                queue.extend(self._published())
             elif isinstance(action, RestoreSnapshot):
                 self._restore(action)
+                queue.extend(self._published())
             elif isinstance(action, BecameLeader):
                 self._match = {}
                 log.info(
@@ -341,6 +349,31 @@ class QuorumDriver:
             self._since_compact = 0
             return self.node.compact(action.entries[-1].index, self.image.to_snapshot())
         return []
+
+    def _published(self) -> list[Action]:
+        """Tell the owner about the new image; keep the observer set in step with it.
+
+        Observers are the registered brokers that are not voters: the leader replicates the
+        metadata log to them, so every broker learns of every change by push, not by polling.
+        """
+        if self._on_apply is not None:
+            try:
+                self._on_apply(self.image)
+            except Exception:
+                log.exception("applying metadata offset %d in the broker failed", self.image.offset)
+        if not self._manage_observers:
+            return []
+        wanted: dict[int, str] = {}
+        for b in self.image.brokers.values():
+            if b.broker_id in self.config.voters or b.broker_id == self.config.node_id:
+                continue
+            if b.endpoints:
+                wanted[b.broker_id] = f"{b.endpoints[0].host}:{b.endpoints[0].port}"
+        if wanted == self._observers:
+            return []
+        self._observers = wanted
+        self._transport.update_addresses(wanted)
+        return self.node.set_observers(wanted)
 
     def _restore(self, action: RestoreSnapshot) -> None:
         snap = action.snapshot

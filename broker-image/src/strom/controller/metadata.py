@@ -27,7 +27,9 @@ from typing import Any, ClassVar, Literal
 from strom.protocol.errors import ErrorCode, StromError
 
 __all__ = [
+    "AllocateProducerIds",
     "AlterConfigs",
+    "Batch",
     "BrokerRegistration",
     "ChangePartition",
     "Command",
@@ -40,6 +42,7 @@ __all__ = [
     "MetadataImage",
     "PartitionState",
     "RegisterBroker",
+    "SetClusterId",
     "TopicState",
     "UnfenceBroker",
     "changes_for_fenced_broker",
@@ -133,6 +136,38 @@ class ChangePartition:
     replicas: tuple[int, ...] | None = None
     adding_replicas: tuple[int, ...] | None = None
     removing_replicas: tuple[int, ...] | None = None
+    expected_partition_epoch: int | None = None
+    """When set, the change applies only if the partition epoch still equals it (Kafka's
+    AlterPartition check): a leader's ISR change based on stale state is rejected with
+    INVALID_UPDATE_VERSION instead of overwriting a newer decision."""
+
+
+@dataclass(frozen=True, slots=True)
+class SetClusterId:
+    """The first entry a new cluster's first controller leader writes; never changes after."""
+
+    TYPE: ClassVar[str] = "SetClusterId"
+    cluster_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIds:
+    """Give ``broker_id`` the next block of ``count`` producer ids (Kafka's AllocateProducerIds):
+    ids are cluster-unique without any broker-to-broker coordination."""
+
+    TYPE: ClassVar[str] = "AllocateProducerIds"
+    broker_id: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Several commands in one log entry (one fsync, one replication round). Each is applied in
+    order on its own: one that does not apply is skipped (the same way on every node) and the
+    others still apply. Fencing a broker that leads many partitions is one Batch."""
+
+    TYPE: ClassVar[str] = "Batch"
+    commands: tuple[Any, ...]
 
 
 Command = (
@@ -144,6 +179,9 @@ Command = (
     | CreatePartitions
     | AlterConfigs
     | ChangePartition
+    | SetClusterId
+    | AllocateProducerIds
+    | Batch
 )
 _TYPES: dict[str, type[Any]] = {
     c.TYPE: c
@@ -156,6 +194,9 @@ _TYPES: dict[str, type[Any]] = {
         CreatePartitions,
         AlterConfigs,
         ChangePartition,
+        SetClusterId,
+        AllocateProducerIds,
+        Batch,
     )
 }
 _TUPLE_FIELDS = {
@@ -171,10 +212,16 @@ _TUPLE_FIELDS = {
 }
 
 
-def encode_command(command: Command) -> bytes:
+def _body(command: Command) -> dict[str, Any]:
+    if isinstance(command, Batch):
+        return {"type": Batch.TYPE, "commands": [_body(c) for c in command.commands]}
     body = asdict(command)
     body["type"] = command.TYPE
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return body
+
+
+def encode_command(command: Command) -> bytes:
+    return json.dumps(_body(command), sort_keys=True, separators=(",", ":")).encode()
 
 
 def _tuples(value: Any) -> Any:
@@ -182,10 +229,15 @@ def _tuples(value: Any) -> Any:
 
 
 def decode_command(data: bytes) -> Command:
-    body = json.loads(data)
+    return _from_body(json.loads(data), data)
+
+
+def _from_body(body: dict[str, Any], data: bytes) -> Command:
     kind = _TYPES.get(body.pop("type", None))
     if kind is None:
         raise ValueError(f"unknown metadata command {data[:80]!r}")
+    if kind is Batch:
+        return Batch(tuple(_from_body(c, data) for c in body["commands"]))
     for key, value in body.items():
         if key in _TUPLE_FIELDS and value is not None:
             body[key] = _tuples(value)
@@ -233,9 +285,15 @@ class MetadataImage:
 
     def __init__(self) -> None:
         self.offset = 0
+        self.cluster_id = ""
         self.brokers: dict[int, BrokerRegistration] = {}
         self.topics: dict[str, TopicState] = {}
         self.broker_configs: dict[str, dict[str, str]] = {}
+        self.next_producer_id = 0
+        self.producer_id_blocks: dict[int, tuple[int, int]] = {}
+        """The latest block (first id, count) given to each broker."""
+        self.errors: list[tuple[int, str]] = []
+        """(offset, message) of sub-commands of the last applied Batch that did not apply."""
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -261,6 +319,28 @@ class MetadataImage:
             handler(offset, command)
         finally:
             self.offset = max(self.offset, offset)
+
+    def _apply_Batch(self, offset: int, c: Batch) -> None:
+        self.errors = []
+        for command in c.commands:
+            try:
+                getattr(self, "_apply_" + command.TYPE)(offset, command)
+            except MetadataError as exc:
+                self.errors.append((offset, exc.message))
+
+    def _apply_SetClusterId(self, offset: int, c: SetClusterId) -> None:
+        if self.cluster_id and self.cluster_id != c.cluster_id:
+            raise MetadataError(
+                ErrorCode.INCONSISTENT_CLUSTER_ID,
+                f"the metadata log belongs to cluster {self.cluster_id!r}, not {c.cluster_id!r}",
+            )
+        self.cluster_id = c.cluster_id
+
+    def _apply_AllocateProducerIds(self, offset: int, c: AllocateProducerIds) -> None:
+        if c.count < 1:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, "producer id block count must be >= 1")
+        self.producer_id_blocks[c.broker_id] = (self.next_producer_id, c.count)
+        self.next_producer_id += c.count
 
     def _apply_RegisterBroker(self, offset: int, c: RegisterBroker) -> None:
         self.brokers[c.broker_id] = BrokerRegistration(
@@ -341,6 +421,12 @@ class MetadataImage:
 
     def _apply_ChangePartition(self, offset: int, c: ChangePartition) -> None:
         p = self.partition(c.topic, c.partition)
+        if c.expected_partition_epoch is not None and c.expected_partition_epoch != p.partition_epoch:
+            raise MetadataError(
+                ErrorCode.INVALID_UPDATE_VERSION,
+                f"{c.topic}-{c.partition} is at partition epoch {p.partition_epoch}, not "
+                f"{c.expected_partition_epoch}; refresh and retry",
+            )
         replicas = list(c.replicas) if c.replicas is not None else p.replicas
         isr = list(c.isr) if c.isr is not None else p.isr
         leader = c.leader if c.leader is not None else p.leader
@@ -353,6 +439,15 @@ class MetadataImage:
         if leader != NO_LEADER and leader not in isr:
             raise MetadataError(
                 ErrorCode.INVALID_REQUEST, f"leader {leader} is not in the ISR {isr}"
+            )
+        fenced = sorted(b for b in set(isr) - set(p.isr) if self._broker(b).fenced)
+        if fenced:
+            raise MetadataError(
+                ErrorCode.INELIGIBLE_REPLICA, f"fenced brokers {fenced} cannot join the ISR"
+            )
+        if leader != p.leader and leader != NO_LEADER and self._broker(leader).fenced:
+            raise MetadataError(
+                ErrorCode.INELIGIBLE_REPLICA, f"fenced broker {leader} cannot lead"
             )
         if leader != p.leader:
             p.leader_epoch += 1
@@ -371,6 +466,9 @@ class MetadataImage:
             "brokers": [asdict(b) for b in self.brokers.values()],
             "topics": [asdict(t) for t in self.topics.values()],
             "broker_configs": self.broker_configs,
+            "cluster_id": self.cluster_id,
+            "next_producer_id": self.next_producer_id,
+            "producer_id_blocks": {str(k): list(v) for k, v in self.producer_id_blocks.items()},
         }
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
@@ -388,6 +486,11 @@ class MetadataImage:
             parts = {int(k): PartitionState(**v) for k, v in t["partitions"].items()}
             image.topics[t["name"]] = TopicState(t["name"], t["topic_id"], parts, t["configs"])
         image.broker_configs = body["broker_configs"]
+        image.cluster_id = body.get("cluster_id", "")
+        image.next_producer_id = body.get("next_producer_id", 0)
+        image.producer_id_blocks = {
+            int(k): (int(v[0]), int(v[1])) for k, v in body.get("producer_id_blocks", {}).items()
+        }
         return image
 
     def copy(self) -> MetadataImage:

@@ -54,6 +54,10 @@ class Transport(Protocol):
         """Start delivering ``message`` to ``to``; call ``on_reply`` with its reply, if any."""
         ...
 
+    def update_addresses(self, addresses: Mapping[int, str]) -> None:
+        """Add or change the addresses of some nodes (observers join as brokers register)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -84,6 +88,18 @@ class GrpcTransport:
             self._channels[to] = channel
             stub = self._stubs[to] = quorum_pb2_grpc.QuorumStub(channel)  # type: ignore[no-untyped-call]
         return stub
+
+    def update_addresses(self, addresses: Mapping[int, str]) -> None:
+        for node, address in addresses.items():
+            if self._addresses.get(node) == address:
+                continue
+            self._addresses[node] = address
+            channel = self._channels.pop(node, None)
+            self._stubs.pop(node, None)
+            if channel is not None:
+                task = asyncio.create_task(channel.close(None))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
     def send(self, to: int, message: Message, on_reply: OnReply) -> None:
         if to not in self._addresses:

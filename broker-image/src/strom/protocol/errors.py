@@ -73,6 +73,12 @@ class ErrorCode(enum.IntEnum):
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     THROTTLING_QUOTA_EXCEEDED = 89
     UNKNOWN_TOPIC_ID = 100
+    STALE_BROKER_EPOCH = 77
+    PRODUCER_FENCED = 90
+    INVALID_UPDATE_VERSION = 95
+    INCONSISTENT_CLUSTER_ID = 104
+    INELIGIBLE_REPLICA = 107
+    NEW_LEADER_ELECTED = 108
 
     @property
     def retriable(self) -> bool:
@@ -103,6 +109,7 @@ _RETRIABLE = frozenset(
         ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
         ErrorCode.REBALANCE_IN_PROGRESS,
         ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+        ErrorCode.NEW_LEADER_ELECTED,
     }
 )
 

@@ -302,12 +302,14 @@ def _clusters(draw: st.DrawFn) -> tuple[Log, list[int]]:
     log = _cluster(n)
     rf = draw(st.integers(1, n))
     partitions = draw(st.integers(1, 6))
-    assignments = [
-        tuple(draw(st.permutations(range(n)))[:rf]) for _ in range(partitions)
-    ]
+    assignments = [tuple(draw(st.permutations(range(n)))[:rf]) for _ in range(partitions)]
     log.apply(CreateTopic("t", "tid", tuple(assignments)))
-    steps = draw(st.lists(st.tuples(st.sampled_from(["fence", "unfence", "join"]),
-                                    st.integers(0, n - 1)), max_size=12))
+    steps = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["fence", "unfence", "join"]), st.integers(0, n - 1)),
+            max_size=12,
+        )
+    )
     order: list[int] = []
     for action, b in steps:
         if action == "fence":
@@ -319,8 +321,9 @@ def _clusters(draw: st.DrawFn) -> tuple[Log, list[int]]:
             for index, p in log.image.topics["t"].partitions.items():
                 if b in p.replicas and b not in p.isr and not log.image.brokers[b].fenced:
                     log.apply(
-                        ChangePartition("t", index, isr=(*p.isr, b),
-                                        expected_partition_epoch=p.partition_epoch)
+                        ChangePartition(
+                            "t", index, isr=(*p.isr, b), expected_partition_epoch=p.partition_epoch
+                        )
                     )
             log.batch(leaderless_elections(log.image, lambda t: False))
     return log, order

@@ -68,7 +68,8 @@ class LogManager:
                     continue
                 parsed = parse_partition_dir(path.name)
                 if parsed is None:
-                    log.warning("ignoring %s: not a <topic>-<partition> directory", path)
+                    if not (path.name.startswith("__raft") or path.name.endswith("-stray")):
+                        log.warning("ignoring %s: not a <topic>-<partition> directory", path)
                     continue
                 if parsed in self._logs:
                     continue
@@ -106,6 +107,12 @@ class LogManager:
 
     def partitions(self) -> dict[tuple[str, int], PartitionLog]:
         return dict(self._logs)
+
+    def forget(self, topic: str, partition: int) -> None:
+        """Close a log and stop managing it, leaving its files where they are."""
+        plog = self._logs.pop((topic, partition), None)
+        if plog is not None:
+            plog.close()
 
     def delete_partition(self, topic: str, partition: int) -> None:
         plog = self._logs.pop((topic, partition), None)

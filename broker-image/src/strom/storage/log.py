@@ -36,7 +36,7 @@ from strom.protocol.batch import (
 )
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches
-from strom.storage import compaction, recovery, retention
+from strom.storage import compaction, producer_state, recovery, retention
 from strom.storage.checkpoint import (
     CLEAN_SHUTDOWN,
     RECOVERY_CHECKPOINT,
@@ -47,11 +47,13 @@ from strom.storage.checkpoint import (
 from strom.storage.config import INT32_MAX, LogConfig
 from strom.storage.epoch import FILE_NAME as EPOCH_FILE
 from strom.storage.epoch import LeaderEpochCache
+from strom.storage.producer_state import DEFAULT_EXPIRATION_MS, ProducerStateManager
 from strom.storage.segment import CLEANED_SUFFIX, LogSegment
 
 log = logging.getLogger(__name__)
 
 _OFFSET_LEN = struct.Struct(">qi")
+_PRODUCER_EXPIRY_CHECK_MS = 10 * 60 * 1000  # producer.id.expiration.check.interval.ms
 
 
 def wall_clock_ms() -> int:
@@ -66,6 +68,7 @@ class AppendResult:
     size_bytes: int
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
     max_timestamp: int
+    duplicate: bool = False  # an idempotent producer's retry of a batch the log already holds
 
 
 @dataclass(frozen=True)
@@ -97,13 +100,16 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self._last_compaction: tuple[int, int] | None = None  # (segment count, time)
+        self._producers = ProducerStateManager(end_offset=log_start_offset)
+        self._last_producer_expiry = clock()
         self._closed = False
 
     # ---- opening ---------------------------------------------------------------------------
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, topic: str, partition: int,
-             clock: Callable[[], int] = wall_clock_ms) -> PartitionLog:
+             clock: Callable[[], int] = wall_clock_ms,
+             producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> PartitionLog:
         """Open the log in ``directory``, creating it if new, recovering it if not."""
         directory.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
@@ -136,6 +142,8 @@ class PartitionLog:
         epochs.truncate_from_start(log_start)
         if epochs.entries != epochs_before:
             epochs.save()
+        self._producers.expiration_ms = producer_id_expiration_ms
+        self._rebuild_producer_state()
         self.flush()
         marker.unlink(missing_ok=True)
         elapsed = time.monotonic() - started
@@ -203,6 +211,14 @@ class PartitionLog:
             raise StromError(ErrorCode.FENCED_LEADER_EPOCH,
                              f"leader epoch {leader_epoch} is older than the log's latest epoch "
                              f"{latest}")
+        if any(h.producer_id >= 0 for h in headers):
+            dup = self._producers.check_all(headers)
+            if dup is not None:
+                return AppendResult(
+                    base_offset=dup.first_offset, last_offset=dup.last_offset,
+                    record_count=dup.last_offset - dup.first_offset + 1, size_bytes=0,
+                    log_append_time_ms=-1, max_timestamp=max(h.max_timestamp for h in headers),
+                    duplicate=True)
         now = self._clock()
         append_time = self.config.log_append_time
         buf = bytearray(records)
@@ -277,6 +293,7 @@ class PartitionLog:
                 size += h.size
                 j += 1
             seg.append(buf, headers[i:j])
+            self._producers.update_all(headers[i:j])
             i = j
         self._unflushed_messages += sum(h.records_count for h in headers)
         if (self._unflushed_messages >= self.config.flush_messages
@@ -305,6 +322,8 @@ class PartitionLog:
         seg = self._new_segment(base, now)
         self._segments.append(seg)
         self._bases.append(base)
+        self._producers.end_offset = max(self._producers.end_offset, base)
+        producer_state.write_snapshot(self.directory, self._producers)
         fsync_dir(self.directory)
         if not active.empty:
             self._recovery_point = max(self._recovery_point, active.next_offset)
@@ -317,6 +336,9 @@ class PartitionLog:
         active = self._segments[-1]
         if not active.empty and now - active.created_ms > self.config.segment_ms:
             self._roll(now)
+        if now - self._last_producer_expiry >= _PRODUCER_EXPIRY_CHECK_MS:
+            self._last_producer_expiry = now
+            self._producers.expire(now)
         if self._unflushed_messages and now - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
 
@@ -422,6 +444,7 @@ class PartitionLog:
         if self._epochs.truncate_from_end(end):
             self._epochs.save()
         self._write_checkpoint()
+        self._rebuild_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts, empty, at ``offset``."""
@@ -436,6 +459,8 @@ class PartitionLog:
         self._hw = offset
         self._epochs.clear()
         self._epochs.save()
+        producer_state.delete_snapshots(self.directory, below=None, above=-1)
+        self._producers.clear(offset)
         fsync_dir(self.directory)
         self._write_checkpoint()
 
@@ -476,6 +501,7 @@ class PartitionLog:
         self._write_checkpoint()
         for seg in doomed:
             seg.delete()
+        producer_state.delete_snapshots(self.directory, below=self._log_start_offset)
         log.info("%s-%d: retention deleted %d segments; log start offset is now %d", self.topic,
                  self.partition, len(doomed), self._log_start_offset)
         return len(doomed)
@@ -567,6 +593,37 @@ class PartitionLog:
         self._segments[i] = new_seg
         return removed
 
+    # ---- producer state --------------------------------------------------------------------
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producers
+
+    def _rebuild_producer_state(self) -> None:
+        """Load the newest snapshot within the log and replay batch headers from it to the end.
+
+        Only headers are read (no decompression); after a clean close the snapshot sits at the
+        log end, so nothing is replayed.
+        """
+        end = self.log_end_offset
+        producer_state.delete_snapshots(self.directory, above=end)
+        expiration = self._producers.expiration_ms
+        state = producer_state.load_latest(self.directory, end, expiration)
+        if state is None:
+            state = ProducerStateManager(expiration, self._segments[0].base_offset)
+        start = max(state.end_offset, self._segments[0].base_offset)
+        i = max(bisect.bisect_right(self._bases, start) - 1, 0)
+        for seg in self._segments[i:]:
+            if seg.next_offset <= start:
+                continue
+            found = seg.find(start) if seg.base_offset < start else None
+            position = found.position if found is not None else 0
+            for h, _ in seg.iter_batches(position):
+                if h.last_offset >= start:
+                    state.update(h)
+        state.end_offset = max(state.end_offset, end)
+        self._producers = state
+
     # ---- durability and lifecycle ----------------------------------------------------------
 
     def _write_checkpoint(self) -> None:
@@ -597,6 +654,8 @@ class PartitionLog:
             return
         self.flush()
         self._epochs.save()
+        self._producers.end_offset = max(self._producers.end_offset, self.log_end_offset)
+        producer_state.write_snapshot(self.directory, self._producers)
         for seg in self._segments:
             seg.close()
         (self.directory / CLEAN_SHUTDOWN).touch()

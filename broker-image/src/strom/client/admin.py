@@ -15,6 +15,7 @@ from strom.client.models import (
     ClusterDescription,
     ConfigEntry,
     NewTopic,
+    PartitionReassignment,
     TopicDescription,
     TopicPartition,
 )
@@ -78,6 +79,27 @@ class Admin:
 
     def describe_cluster(self) -> ClusterDescription:
         return self._thread.run(self._aio.describe_cluster())
+
+    def alter_partition_reassignments(
+            self, targets: Mapping[tuple[str, int], Sequence[int] | None],
+            throttle_bytes_per_sec: int = 0, validate_only: bool = False, *,
+            raise_on_error: bool = True) -> dict[tuple[str, int], StromError | None]:
+        """See :meth:`AsyncAdmin.alter_partition_reassignments`; ``None`` cancels a move."""
+        return self._thread.run(self._aio.alter_partition_reassignments(
+            dict(targets), throttle_bytes_per_sec, validate_only,
+            raise_on_error=raise_on_error))
+
+    def list_partition_reassignments(self, topics: Iterable[str] | None = None
+                                     ) -> list[PartitionReassignment]:
+        return self._thread.run(self._aio.list_partition_reassignments(
+            None if topics is None else list(topics)))
+
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]] | None = None,
+                      election: str = "preferred", *, raise_on_error: bool = True
+                      ) -> dict[tuple[str, int], StromError | None]:
+        return self._thread.run(self._aio.elect_leaders(
+            None if partitions is None else list(partitions), election,
+            raise_on_error=raise_on_error))
 
     def list_offsets(self, specs: Mapping[TopicPartition, str | int]
                      ) -> dict[TopicPartition, int]:

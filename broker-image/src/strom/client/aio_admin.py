@@ -27,12 +27,18 @@ from strom.client.models import (
     ConfigEntry,
     NewTopic,
     PartitionDescription,
+    PartitionReassignment,
     TopicDescription,
     TopicPartition,
 )
 from strom.client.offsets import list_offsets, parse_offset_spec
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
-from strom.protocol.v1 import admin_pb2, broker_pb2
+from strom.protocol.v1 import admin_pb2, broker_pb2, common_pb2
+
+#: ``elect_leaders(election=...)`` values and their wire numbers (Kafka's ElectionType).
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
+
+PartitionKey = tuple[str, int]
 
 
 def _result_error(code: int, message: str, what: str) -> StromError | None:
@@ -41,10 +47,57 @@ def _result_error(code: int, message: str, what: str) -> StromError | None:
     return StromError(error_code_from_int(code), message or f"{what} failed")
 
 
-def _raise_first(results: Mapping[str, StromError | None]) -> None:
+def _raise_first(results: Mapping[Any, StromError | None]) -> None:
     for err in results.values():
         if err is not None:
             raise err
+
+
+def _partition_results(results: Iterable[admin_pb2.PartitionResult], what: str
+                       ) -> dict[tuple[str, int], StromError | None]:
+    return {(r.topic, r.partition): _result_error(r.error_code, r.error_message,
+                                                  f"{what} {r.topic}-{r.partition}")
+            for r in results}
+
+
+def cluster_from_response(response: admin_pb2.DescribeClusterResponse) -> ClusterDescription:
+    return ClusterDescription(
+        cluster_id=response.cluster_id, controller_id=response.controller_id,
+        brokers=[BrokerDescription(b.broker_id, b.host, b.port, b.rack or None)
+                 for b in sorted(response.brokers, key=lambda b: b.broker_id)],
+        fenced_broker_ids=sorted(response.fenced_broker_ids),
+        voters=sorted(response.voters),
+        metadata_offset=response.metadata_offset,
+        answered_by=response.answered_by)
+
+
+def merge_reassignments(answers: Iterable[admin_pb2.PartitionReassignment]
+                        ) -> list[PartitionReassignment]:
+    """One entry per partition; progress from the answer of the broker that leads it.
+
+    Without the leader's answer the replica sets come from whichever broker answered (the most
+    recent metadata wins: the one naming the most adding/removing replicas is as good as any,
+    so the first is kept) and progress stays unknown.
+    """
+    chosen: dict[tuple[str, int], admin_pb2.PartitionReassignment] = {}
+    for r in answers:
+        key = (r.topic, r.partition)
+        current = chosen.get(key)
+        from_leader = r.answered_by == r.leader and len(r.progress) > 0
+        if current is None or (from_leader and not (
+                current.answered_by == current.leader and len(current.progress) > 0)):
+            chosen[key] = r
+    out: list[PartitionReassignment] = []
+    for key in sorted(chosen):
+        r = chosen[key]
+        from_leader = r.answered_by == r.leader
+        out.append(PartitionReassignment(
+            topic=r.topic, partition=r.partition, replicas=list(r.replicas),
+            adding=list(r.adding_replicas), removing=list(r.removing_replicas),
+            isr=list(r.isr), leader=r.leader,
+            leader_log_end_offset=r.leader_log_end_offset if from_leader else -1,
+            progress={p.broker_id: p.log_end_offset for p in r.progress} if from_leader else {}))
+    return out
 
 
 class AsyncAdmin:
@@ -193,10 +246,88 @@ class AsyncAdmin:
     # --- cluster and offsets -------------------------------------------------------------
     async def describe_cluster(self) -> ClusterDescription:
         response = await self._call("DescribeCluster", admin_pb2.DescribeClusterRequest())
-        return ClusterDescription(
-            cluster_id=response.cluster_id, controller_id=response.controller_id,
-            brokers=[BrokerDescription(b.broker_id, b.host, b.port, b.rack or None)
-                     for b in sorted(response.brokers, key=lambda b: b.broker_id)])
+        return cluster_from_response(response)
+
+    # --- reassignments and elections (KIP-455, KIP-460) ----------------------------------
+    async def alter_partition_reassignments(
+            self, targets: Mapping[PartitionKey, Sequence[int] | None],
+            throttle_bytes_per_sec: int = 0, validate_only: bool = False, *,
+            raise_on_error: bool = True) -> dict[PartitionKey, StromError | None]:
+        """Move partitions to ``{(topic, partition): replicas}``; ``None`` cancels a move.
+
+        ``throttle_bytes_per_sec``: 0 keeps the cluster's replication throttle, -1 removes it,
+        N > 0 caps the copy rate of the replicas being added.
+        """
+        if throttle_bytes_per_sec < -1:
+            raise StromError(ErrorCode.INVALID_REQUEST,
+                             f"throttle_bytes_per_sec={throttle_bytes_per_sec}: give N > 0 "
+                             "bytes/s, 0 to keep the current throttle or -1 to remove it")
+        request = admin_pb2.AlterPartitionReassignmentsRequest(
+            partitions=[admin_pb2.ReassignmentTarget(
+                topic=topic, partition=partition, replicas=list(replicas or ()),
+                cancel=replicas is None) for (topic, partition), replicas in targets.items()],
+            throttle_bytes_per_sec=throttle_bytes_per_sec, validate_only=validate_only)
+        response = await self._call("AlterPartitionReassignments", request)
+        results = _partition_results(response.results, "reassign")
+        if raise_on_error:
+            _raise_first(results)
+        return results
+
+    async def list_partition_reassignments(self, topics: Iterable[str] | None = None
+                                           ) -> list[PartitionReassignment]:
+        """The reassignments in flight, merged from every live broker's answer.
+
+        Any broker knows which moves are in flight (it is in the metadata), but only a
+        partition's leader knows how far its followers have copied; so every broker is asked
+        and each partition's progress is taken from its leader's answer.
+        """
+        request = admin_pb2.ListPartitionReassignmentsRequest(topics=list(topics or ()))
+        addresses = await self._live_broker_addresses()
+        left = self._timeout_ms / 1000.0
+
+        async def ask(address: str) -> Any:
+            return await self._conns.admin_stub_at(address).ListPartitionReassignments(
+                request, timeout=left)
+
+        answers = await asyncio.gather(*(ask(a) for a in addresses), return_exceptions=True)
+        responses = [a for a in answers if not isinstance(a, BaseException)]
+        if not responses:
+            # nobody answered directly: one retried call through any broker, no progress
+            responses = [await self._call("ListPartitionReassignments", request)]
+        else:
+            for a in answers:
+                if isinstance(a, grpc.RpcError) and not rpc_error(a).retriable:
+                    raise rpc_error(a) from None
+        return merge_reassignments(
+            [r for response in responses for r in response.reassignments])
+
+    async def elect_leaders(self, partitions: Iterable[PartitionKey] | None = None,
+                            election: str = "preferred", *, raise_on_error: bool = True
+                            ) -> dict[PartitionKey, StromError | None]:
+        """Preferred (or unclean) leader election; ``partitions=None`` means every partition.
+
+        As in Kafka, ELECTION_NOT_NEEDED (the preferred replica already leads) is not an error.
+        """
+        if election not in ELECTION_TYPES:
+            raise StromError(ErrorCode.INVALID_REQUEST,
+                             f"election={election!r}: use 'preferred' or 'unclean'")
+        request = admin_pb2.ElectLeadersRequest(
+            election_type=ELECTION_TYPES[election],
+            partitions=[common_pb2.TopicPartition(topic=t, partition=p)
+                        for t, p in (partitions or ())])
+        response = await self._call("ElectLeaders", request)
+        results = _partition_results(response.results, "elect a leader for")
+        results = {k: None if e is not None and e.code is ErrorCode.ELECTION_NOT_NEEDED else e
+                   for k, e in results.items()}
+        if raise_on_error:
+            _raise_first(results)
+        return results
+
+    async def _live_broker_addresses(self) -> list[str]:
+        """Every unfenced broker's address, from a fresh Metadata answer."""
+        response = await self._call("Metadata", broker_pb2.MetadataRequest(), broker_rpc=True)
+        addresses = sorted({f"{b.host}:{b.port}" for b in response.brokers})
+        return addresses or self._conns.addresses()
 
     async def list_offsets(self, specs: Mapping[TopicPartition, str | int]
                            ) -> dict[TopicPartition, int]:

@@ -102,8 +102,82 @@ class BrokerDescription:
         return f"{self.host}:{self.port}"
 
 
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterDescription:
+    """What DescribeCluster says; the clustering fields default so old brokers still parse.
+
+    ``brokers`` lists every registered broker, fenced ones included (see ``fenced_broker_ids``);
+    ``metadata_offset`` is the answering broker's (``answered_by``) applied metadata offset, -1
+    when the broker does not report it.
+    """
+
     cluster_id: str
     controller_id: int
     brokers: list[BrokerDescription]
+    fenced_broker_ids: list[int] = field(default_factory=list)
+    voters: list[int] = field(default_factory=list)
+    metadata_offset: int = -1
+    answered_by: int = -1
+
+    @property
+    def live_brokers(self) -> list[BrokerDescription]:
+        fenced = set(self.fenced_broker_ids)
+        return [b for b in self.brokers if b.broker_id not in fenced]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """One reassignment in flight (KIP-455), merged from the answers of every broker.
+
+    ``progress`` ({broker id: log end offset}, -1 unknown) and ``leader_log_end_offset`` come only
+    from the partition's leader, the one broker that knows its followers' positions; they are
+    empty / -1 when the leader could not be asked.
+    """
+
+    topic: str
+    partition: int
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+    isr: list[int]
+    leader: int
+    leader_log_end_offset: int = -1
+    progress: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def offsets_behind(self) -> dict[int, int]:
+        """Offsets each adding replica still lacks (messages, not bytes); only where known."""
+        if self.leader_log_end_offset < 0:
+            return {}
+        return {b: max(0, self.leader_log_end_offset - self.progress[b])
+                for b in self.adding if self.progress.get(b, -1) >= 0}
+
+    @property
+    def percent_done(self) -> float | None:
+        """How far the adding replicas have copied the leader's log, 0..100; None if unknown.
+
+        An adding replica already in the ISR counts as done whatever its offset says; the slowest
+        adding replica decides (the move completes only when all have caught up).
+        """
+        if not self.adding:
+            return 100.0
+        isr = set(self.isr)
+        fractions: list[float] = []
+        for broker in self.adding:
+            if broker in isr:
+                fractions.append(1.0)
+                continue
+            leo = self.progress.get(broker, -1)
+            if leo < 0 or self.leader_log_end_offset < 0:
+                return None
+            if self.leader_log_end_offset == 0:
+                fractions.append(1.0)
+            else:
+                fractions.append(min(1.0, leo / self.leader_log_end_offset))
+        return round(100.0 * min(fractions), 1)

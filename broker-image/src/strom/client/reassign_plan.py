@@ -3,11 +3,12 @@
 Given where partitions live now and the brokers they should live on, propose new replica lists.
 Moving a replica copies its whole log, so the plan moves as few replicas as it can: a replica on
 a broker that stays is kept unless that broker would then hold more than its even share
-(``replicas // brokers``, one more on ``replicas % brokers`` of them). Added replicas go to the least-loaded broker, preferring racks
-the partition does not use yet (rack-aware when racks are known), and the preferred leader (the
-first replica) is the current one when it stays and leaders are still balanced, else the replica
-leading the fewest partitions so far. Kept replicas on one rack are not moved just to fix rack
-spread: the operator asked for a broker change, not a rack rebalance.
+(``replicas // brokers``, one more on ``replicas % brokers`` of them). Added replicas go to the
+least-loaded broker, preferring racks the partition does not use yet (rack-aware when racks are
+known), and the preferred leader (the first replica) is the current one when it stays and
+leaders are still balanced, else the replica leading the fewest partitions so far. Kept
+replicas on one rack are not moved just to fix rack spread: the operator
+asked for a broker change, not a rack rebalance.
 
 No I/O: the CLI reads the cluster, calls :func:`plan_reassignment`, prints :func:`plan_to_json`;
 ``execute`` reads the file back with :func:`parse_plan`.

@@ -19,6 +19,7 @@ import grpc
 
 from strom.broker import admin, fetch, metadata_rpc, offsets, produce
 from strom.broker.core import BrokerCore
+from strom.broker.producer_ids import handle_init_producer_id
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.status import to_grpc_status
 from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
@@ -82,6 +83,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def Metadata(self, request: broker_pb2.MetadataRequest, context: Context
                        ) -> broker_pb2.MetadataResponse:
         return await call(self.core, "Metadata", metadata_rpc.handle, request, context)
+
+    async def InitProducerId(self, request: broker_pb2.InitProducerIdRequest, context: Context
+                             ) -> broker_pb2.InitProducerIdResponse:
+        return await call(self.core, "InitProducerId", handle_init_producer_id, request, context)
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):

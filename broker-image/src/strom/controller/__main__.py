@@ -18,6 +18,7 @@ import logging
 import sys
 from pathlib import Path
 
+from strom.controller.active import ControllerSettings
 from strom.controller.quorum_server import ControllerConfig, parse_voters, serve
 
 
@@ -38,6 +39,21 @@ def main(argv: list[str] | None = None) -> int:
         default=1000,
         help="snapshot the metadata image every N applied entries",
     )
+    parser.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=ControllerSettings.session_timeout_ms,
+        help="fence a broker without a heartbeat for this long (3000)",
+    )
+    parser.add_argument(
+        "--cluster-id", default="", help="the cluster id a new cluster gets (default: random)"
+    )
+    parser.add_argument(
+        "--leader-imbalance-check-ms",
+        type=int,
+        default=ControllerSettings.leader_imbalance_check_ms,
+        help="how often preferred leaders get their leadership back (30000)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -55,7 +71,14 @@ def main(argv: list[str] | None = None) -> int:
             election_timeout_ms=args.election_timeout_ms,
             heartbeat_interval_ms=args.heartbeat_interval_ms,
             compact_every=args.compact_every,
+            controller=ControllerSettings(
+                session_timeout_ms=args.session_timeout_ms,
+                cluster_id=args.cluster_id,
+                leader_imbalance_check_ms=args.leader_imbalance_check_ms,
+            ),
         )
+        if args.session_timeout_ms <= 0 or args.leader_imbalance_check_ms <= 0:
+            raise ValueError("--session-timeout-ms and --leader-imbalance-check-ms must be > 0")
         config.raft_config()
         config.listen_port()
     except ValueError as err:

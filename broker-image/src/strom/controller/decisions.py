@@ -42,6 +42,7 @@ __all__ = [
     "reassignment_cancel",
     "reassignment_completions",
     "reassignment_start",
+    "shutdown_ready",
     "unclean_election",
 ]
 
@@ -284,6 +285,15 @@ def controlled_shutdown_changes(image: MetadataImage, broker_id: int) -> list[Ch
             )
         )
     return out
+
+
+def shutdown_ready(image: MetadataImage, broker_id: int) -> bool:
+    """Whether a broker in controlled shutdown leads no partition that another live in-sync
+    replica could take over: then stopping it makes nothing unavailable that could stay up."""
+    return not any(
+        p.leader == broker_id and any(r != broker_id and _live(image, r) for r in p.isr)
+        for _, _, p in _partitions(image)
+    )
 
 
 def fence_changes(image: MetadataImage, broker_id: int) -> list[Command]:

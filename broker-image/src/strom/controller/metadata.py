@@ -421,7 +421,8 @@ class MetadataImage:
 
     def _apply_ChangePartition(self, offset: int, c: ChangePartition) -> None:
         p = self.partition(c.topic, c.partition)
-        if c.expected_partition_epoch is not None and c.expected_partition_epoch != p.partition_epoch:
+        expected = c.expected_partition_epoch
+        if expected is not None and expected != p.partition_epoch:
             raise MetadataError(
                 ErrorCode.INVALID_UPDATE_VERSION,
                 f"{c.topic}-{c.partition} is at partition epoch {p.partition_epoch}, not "
@@ -446,9 +447,7 @@ class MetadataImage:
                 ErrorCode.INELIGIBLE_REPLICA, f"fenced brokers {fenced} cannot join the ISR"
             )
         if leader != p.leader and leader != NO_LEADER and self._broker(leader).fenced:
-            raise MetadataError(
-                ErrorCode.INELIGIBLE_REPLICA, f"fenced broker {leader} cannot lead"
-            )
+            raise MetadataError(ErrorCode.INELIGIBLE_REPLICA, f"fenced broker {leader} cannot lead")
         if leader != p.leader:
             p.leader_epoch += 1
         p.leader, p.isr, p.replicas = leader, isr, replicas

@@ -1,4 +1,4 @@
-"""Talking to a controller quorum from outside it: propose commands, read the image.
+"""Talking to a controller quorum from outside it: propose commands, heartbeat, read the image.
 
 Why it exists: brokers (registration, heartbeat consequences), the admin path and tools must reach
 whichever voter currently leads without knowing which one it is. ``QuorumClient`` remembers the
@@ -13,6 +13,7 @@ are harmless to repeat (RegisterBroker with the same incarnation).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -55,6 +56,44 @@ class QuorumClient:
     async def propose(self, command: bytes, timeout_s: float = 15.0) -> int:
         """The index ``command`` committed at; raises the image's error (e.g.
         TOPIC_ALREADY_EXISTS) or, past the deadline, the last retriable error."""
+        r = await self._leader_call(
+            lambda stub, left: stub.Propose(
+                quorum_pb2.ProposeRequest(command=command), timeout=left
+            ),
+            timeout_s,
+        )
+        return int(r.index)
+
+    async def heartbeat(
+        self,
+        broker_id: int,
+        incarnation_id: str,
+        broker_epoch: int,
+        metadata_offset: int,
+        want_shutdown: bool = False,
+        timeout_s: float = 5.0,
+    ) -> quorum_pb2.BrokerHeartbeatResponse:
+        """Send a broker heartbeat to the active controller (following leader hints); the
+        answer says whether the broker is fenced and, when it wants to shut down, whether it
+        may. Raises STALE_BROKER_EPOCH (register again) or, past the deadline, the last
+        retriable error; a returned response never carries an error."""
+        request = quorum_pb2.BrokerHeartbeatRequest(
+            broker_id=broker_id,
+            incarnation_id=incarnation_id,
+            broker_epoch=broker_epoch,
+            metadata_offset=metadata_offset,
+            want_shutdown=want_shutdown,
+        )
+        reply: quorum_pb2.BrokerHeartbeatResponse = await self._leader_call(
+            lambda stub, left: stub.BrokerHeartbeat(request, timeout=left), timeout_s
+        )
+        return reply
+
+    async def _leader_call(
+        self, call: Callable[[Any, float], Awaitable[Any]], timeout_s: float
+    ) -> Any:
+        """``call(stub, seconds_left)`` on the leader: follows NOT_CONTROLLER hints, tries the
+        next voter when one is unreachable, retries retriable errors until the deadline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         target = self.leader if self.leader is not None else min(self._voters)
@@ -64,9 +103,7 @@ class QuorumClient:
             if left <= 0:
                 raise last
             try:
-                r = await self._stub(target).Propose(
-                    quorum_pb2.ProposeRequest(command=command), timeout=left
-                )
+                r = await call(self._stub(target), left)
             except grpc.aio.AioRpcError as exc:
                 last = StromError(
                     ErrorCode.NETWORK_EXCEPTION, f"controller {target} unreachable: {exc.code()}"
@@ -77,7 +114,7 @@ class QuorumClient:
                 continue
             if not r.HasField("error"):
                 self.leader = target
-                return int(r.index)
+                return r
             last = StromError(error_code_from_int(r.error.code), r.error.message)
             if last.code not in _RETRY:
                 raise last

@@ -9,10 +9,12 @@ driver (which owns all state), encode what comes back.
 - Propose: the committed index, or an ``ErrorInfo`` (NOT_CONTROLLER with the leader's id and
   address, REQUEST_TIMED_OUT, or the image's error such as TOPIC_ALREADY_EXISTS) in the body.
 - DescribeQuorum / DescribeMetadata: answered locally from this node's view.
+- BrokerHeartbeat: handed to the ``ActiveController`` running beside the driver; NOT_CONTROLLER
+  with the leader's id and address (like Propose) when this node does not lead.
 
-``serve`` runs a dedicated controller (the ``python -m strom.controller`` process): the driver and
-the gRPC server on one event loop, until SIGTERM/SIGINT (graceful: stop accepting, finish calls,
-stop the driver) or until the driver fails (exit status 1).
+``serve`` runs a dedicated controller (the ``python -m strom.controller`` process): the driver,
+its ``ActiveController`` and the gRPC server on one event loop, until SIGTERM/SIGINT (graceful:
+stop accepting, finish calls, stop the driver) or until the driver fails (exit status 1).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from strom.controller.active import ActiveController, ControllerSettings
 from strom.controller.codec import from_pb, to_pb
 from strom.controller.driver import NotControllerError, QuorumDriver
 from strom.controller.raft import RaftConfig
@@ -62,11 +65,16 @@ def parse_voters(text: str) -> dict[int, str]:
 
 class QuorumService(quorum_pb2_grpc.QuorumServicer):
     def __init__(
-        self, driver: QuorumDriver, addresses: dict[int, str], propose_timeout_s: float = 10.0
+        self,
+        driver: QuorumDriver,
+        addresses: dict[int, str],
+        propose_timeout_s: float = 10.0,
+        active: ActiveController | None = None,
     ) -> None:
         self._driver = driver
         self._addresses = addresses
         self._propose_timeout_s = propose_timeout_s
+        self._active = active
 
     async def _peer(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         reply = await self._driver.receive(from_pb(request))
@@ -112,14 +120,54 @@ class QuorumService(quorum_pb2_grpc.QuorumServicer):
         leader = self._driver.leader_id
         return -1 if leader is None else leader
 
-    def _error(self, err: StromError) -> quorum_pb2.ProposeResponse:
+    def _error_hint(self, err: StromError) -> int | None:
         hint = self._driver.leader_id
         if isinstance(err, NotControllerError) and err.leader_hint is not None:
             hint = err.leader_hint
+        return hint
+
+    def _error(self, err: StromError) -> quorum_pb2.ProposeResponse:
+        hint = self._error_hint(err)
         return quorum_pb2.ProposeResponse(
             error=error_info(err),
             leader_hint=-1 if hint is None else hint,
             leader_address="" if hint is None else self._addresses.get(hint, ""),
+        )
+
+    async def BrokerHeartbeat(
+        self,
+        request: quorum_pb2.BrokerHeartbeatRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> quorum_pb2.BrokerHeartbeatResponse:
+        try:
+            if self._active is None:
+                raise NotControllerError(
+                    self._driver.leader_id, "this quorum node runs no active controller"
+                )
+            result = await asyncio.wait_for(
+                self._active.heartbeat(
+                    request.broker_id,
+                    request.incarnation_id,
+                    request.broker_epoch,
+                    request.metadata_offset,
+                    request.want_shutdown,
+                ),
+                self._propose_timeout_s,
+            )
+        except TimeoutError:
+            err = StromError(ErrorCode.REQUEST_TIMED_OUT, "the heartbeat was not handled in time")
+            return quorum_pb2.BrokerHeartbeatResponse(
+                error=error_info(err), fenced=True, leader_hint=self._hint()
+            )
+        except StromError as err:
+            hint = self._error_hint(err)
+            return quorum_pb2.BrokerHeartbeatResponse(
+                error=error_info(err), fenced=True, leader_hint=-1 if hint is None else hint
+            )
+        return quorum_pb2.BrokerHeartbeatResponse(
+            leader_hint=self._hint(),
+            fenced=result.fenced,
+            shutdown_ready=result.shutdown_ready,
         )
 
     async def DescribeQuorum(
@@ -170,6 +218,8 @@ class ControllerConfig:
     election_timeout_ms: int = 1000
     heartbeat_interval_ms: int = 100
     compact_every: int = 1000
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
+    """The active controller's settings (used while this node leads)."""
 
     def raft_config(self) -> RaftConfig:
         return RaftConfig(
@@ -197,6 +247,7 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
         GrpcTransport(peers),
         compact_every=config.compact_every,
     )
+    active = ActiveController(driver, config.controller)
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -211,18 +262,20 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
         log.error("cannot listen on %s: %s", address, exc)
         return 2
     quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]
-        QuorumService(driver, config.voters), server
+        QuorumService(driver, config.voters, active=active), server
     )
     with stop_on_signals(stop):
         status = 0
         try:
             await driver.start()
+            await active.start()
             await server.start()
             log.info("strom controller %d serving on %s", config.node_id, address)
             assert driver.task is not None
             stopping = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait({stopping, driver.task},
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {stopping, driver.task}, return_when=asyncio.FIRST_COMPLETED
+            )
             if driver.task in done:
                 log.error("the Raft driver failed: %r", driver.task.exception())
                 status = 1
@@ -232,5 +285,6 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
             log.info("strom controller %d shutting down", config.node_id)
         finally:
             await server.stop(2.0)
+            await active.stop()
             await driver.stop()
     return status

@@ -1,0 +1,399 @@
+"""The active controller: the cluster's decisions, taken by whichever voter leads the quorum.
+
+Why it exists: the Raft log only agrees on commands; something must watch the brokers and
+propose the commands that keep partitions available. As in KRaft, that is the Raft leader
+itself, so there is never a second decision-maker: the moment a node stops leading, its
+proposals fail and its loop idles, and the next leader starts from the committed image.
+
+What it does, every tick while it leads (``decisions`` holds the logic; this module holds the
+timers, the in-memory broker sessions and the proposals):
+
+- Waits, after winning an election, until it has applied its own no-op entry: only then is its
+  image everything earlier leaders committed. Then it writes the cluster id if there is none and
+  gives every unfenced broker a fresh session, so a new controller does not fence everyone.
+- Heartbeats (``heartbeat``, not logged in Raft) refresh a broker's session; a fenced broker
+  whose heartbeat shows it has applied the metadata log up to its own registration is unfenced.
+- An unfenced broker without a heartbeat for ``session_timeout_ms`` is fenced, with its
+  leaderships moved and its ISR memberships dropped, in one ``Batch``.
+- A broker asking for controlled shutdown loses its leaderships and ISR memberships while it is
+  still up; once it leads nothing another live replica could lead, it is told so and fenced.
+- Leaderless partitions get a leader (unclean only if the topic allows it), reassignments whose
+  new replicas are in sync complete, and every ``leader_imbalance_check_ms`` preferred replicas
+  get their leadership back.
+
+Every decision carries the partition epoch it was made at; if the image moved on, the command
+is rejected alike everywhere and simply recomputed on the next tick. Each step's proposal is
+bounded by a timeout and each tick proposes a bounded number of entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from strom.controller.decisions import (
+    controlled_shutdown_changes,
+    fence_changes,
+    imbalanced_partitions,
+    leaderless_elections,
+    preferred_election,
+    reassignment_completions,
+    shutdown_ready,
+)
+from strom.controller.driver import NotControllerError, QuorumDriver
+from strom.controller.metadata import (
+    NO_LEADER,
+    Batch,
+    ChangePartition,
+    Command,
+    MetadataError,
+    MetadataImage,
+    SetClusterId,
+    UnfenceBroker,
+    encode_command,
+)
+from strom.protocol.errors import ErrorCode, StromError
+
+__all__ = ["UNCLEAN_LEADER_ELECTION", "ActiveController", "ControllerSettings", "HeartbeatResult"]
+
+log = logging.getLogger("strom.controller.active")
+
+UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
+MAX_BATCH = 500
+"""Commands per ``Batch`` entry: bounds one entry's size and the time one apply takes."""
+MAX_BATCHES_PER_STEP = 4
+"""Batches one step of one tick proposes; what is left is recomputed on the next tick."""
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    session_timeout_ms: int = 3000
+    leader_imbalance_check_ms: int = 30_000
+    auto_leader_rebalance: bool = True
+    cluster_id: str = ""
+    """"" generates one on the first leadership if the image has none."""
+    unclean_default: bool = False
+    """The broker default of ``unclean.leader.election.enable``."""
+    tick_ms: int = 100
+    propose_timeout_s: float = 5.0
+    ready_wait_s: float = 2.0
+    """How long a heartbeat waits for a new leader to catch up before REQUEST_TIMED_OUT."""
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    fenced: bool
+    """As the controller sees the broker after this heartbeat."""
+    shutdown_ready: bool
+    """For a broker that wants to shut down: it leads nothing another replica could lead."""
+
+
+class ActiveController:
+    """Runs beside a ``QuorumDriver``; acts only while that driver's node leads."""
+
+    def __init__(
+        self,
+        driver: QuorumDriver,
+        settings: ControllerSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._driver = driver
+        self._settings = settings
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+        self._term: int | None = None
+        """The term this node leads in (None while it does not)."""
+        self._ready_index = 0
+        self._ready = False
+        self._sessions: dict[int, float] = {}
+        """Broker id -> clock() of its last heartbeat (in memory only, as in Kafka)."""
+        self._shutting_down: dict[int, str] = {}
+        """Broker id -> incarnation of brokers in controlled shutdown."""
+        self._last_rebalance = 0.0
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="active-controller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    @property
+    def active(self) -> bool:
+        """Leading and caught up: heartbeats are answered, decisions are taken."""
+        node = self._driver.node
+        return self._ready and node.is_leader and node.term == self._term
+
+    # ---- heartbeats --------------------------------------------------------------------------
+
+    async def heartbeat(
+        self,
+        broker_id: int,
+        incarnation_id: str,
+        broker_epoch: int,
+        metadata_offset: int,
+        want_shutdown: bool,
+    ) -> HeartbeatResult:
+        """Refresh ``broker_id``'s session; unfence it once it has caught up.
+
+        Raises ``NotControllerError`` when this node does not lead, REQUEST_TIMED_OUT while a
+        new leader is still catching up, and STALE_BROKER_EPOCH when the incarnation or epoch is
+        not the broker's current registration (the broker must register again).
+        """
+        await self._wait_active()
+        image = self._driver.image
+        reg = image.brokers.get(broker_id)
+        if reg is None or reg.incarnation_id != incarnation_id or reg.epoch != broker_epoch:
+            current = "none" if reg is None else f"{reg.incarnation_id} at epoch {reg.epoch}"
+            raise StromError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"broker {broker_id} heartbeat names incarnation {incarnation_id} at epoch "
+                f"{broker_epoch}, but its registration is {current}; register again",
+            )
+        self._sessions[broker_id] = self._clock()
+        if want_shutdown:
+            if broker_id not in self._shutting_down:
+                log.info("broker %d asks for a controlled shutdown", broker_id)
+            self._shutting_down[broker_id] = incarnation_id
+        else:
+            self._shutting_down.pop(broker_id, None)
+        if reg.fenced and not want_shutdown and metadata_offset >= reg.epoch:
+            with contextlib.suppress(MetadataError):  # re-registered meanwhile: still fenced
+                await self._propose(UnfenceBroker(broker_id, incarnation_id))
+                log.info(
+                    "unfencing broker %d: its heartbeat shows metadata offset %d, caught up with "
+                    "its registration at %d",
+                    broker_id,
+                    metadata_offset,
+                    reg.epoch,
+                )
+        image = self._driver.image
+        reg = image.brokers.get(broker_id)
+        fenced = reg is None or reg.fenced
+        return HeartbeatResult(fenced, want_shutdown and shutdown_ready(image, broker_id))
+
+    async def _wait_active(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.ready_wait_s
+        while True:
+            if not self._driver.node.is_leader:
+                raise NotControllerError(self._driver.leader_id)
+            if self.active:
+                return
+            if loop.time() >= deadline:
+                raise StromError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    "the new controller leader is still applying the metadata log; retry",
+                )
+            await asyncio.sleep(self._settings.tick_ms / 1000)
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except NotControllerError:
+                pass  # lost leadership mid-tick; the next tick notices
+            except StromError as exc:
+                log.warning("controller tick failed: %s", exc)
+            except Exception:
+                log.exception("controller tick failed")
+            await asyncio.sleep(self._settings.tick_ms / 1000)
+
+    async def run_once(self) -> None:
+        """One tick: catch up after an election, then every periodic decision."""
+        node = self._driver.node
+        if not node.is_leader:
+            if self._term is not None:
+                log.info("controller %d is no longer the active controller", node.node_id)
+            self._term, self._ready = None, False
+            return
+        if self._term != node.term:
+            self._term, self._ready, self._ready_index = node.term, False, node.last_index
+            self._sessions.clear()
+            self._shutting_down.clear()
+        if not self._ready:
+            if min(node.last_applied, self._driver.image.offset) < self._ready_index:
+                return
+            await self._become_active()
+        now = self._clock()
+        await self._fence_expired(now)
+        await self._controlled_shutdowns()
+        await self._elections(now)
+
+    async def _become_active(self) -> None:
+        image = self._driver.image
+        if not image.cluster_id:
+            cluster_id = self._settings.cluster_id or uuid.uuid4().hex
+            await self._propose(SetClusterId(cluster_id))
+            log.info("cluster id set to %s", cluster_id)
+        now = self._clock()
+        for b in self._driver.image.brokers.values():
+            if not b.fenced:
+                self._sessions[b.broker_id] = now
+        self._last_rebalance = now
+        self._ready = True
+        log.info(
+            "controller %d is the active controller in term %s (metadata offset %d)",
+            self._driver.node.node_id,
+            self._term,
+            self._driver.image.offset,
+        )
+
+    async def _fence_expired(self, now: float) -> None:
+        timeout_s = self._settings.session_timeout_ms / 1000
+        for b in sorted(self._driver.image.brokers.values(), key=lambda b: b.broker_id):
+            if b.fenced:
+                continue
+            last = self._sessions.setdefault(b.broker_id, now)
+            if now - last <= timeout_s:
+                continue
+            image = self._driver.image
+            commands = fence_changes(image, b.broker_id)
+            log.info(
+                "fencing broker %d: no heartbeat for %d ms (session timeout %d ms); "
+                "%d partition changes",
+                b.broker_id,
+                int((now - last) * 1000),
+                self._settings.session_timeout_ms,
+                len(commands) - 1,
+            )
+            await self._propose_all(commands)
+
+    async def _controlled_shutdowns(self) -> None:
+        for broker_id, incarnation in sorted(self._shutting_down.items()):
+            image = self._driver.image
+            reg = image.brokers.get(broker_id)
+            if reg is None or reg.incarnation_id != incarnation:
+                self._shutting_down.pop(broker_id, None)
+                continue
+            if reg.fenced:
+                continue
+            changes = controlled_shutdown_changes(image, broker_id)
+            if changes:
+                log.info(
+                    "controlled shutdown of broker %d: moving leadership and ISR membership "
+                    "of %d partitions",
+                    broker_id,
+                    len(changes),
+                )
+                await self._propose_all(changes)
+                image = self._driver.image
+            if shutdown_ready(image, broker_id):
+                log.info("fencing broker %d: controlled shutdown is complete", broker_id)
+                await self._propose_all(fence_changes(image, broker_id))
+
+    def unclean_allowed(self, topic: str) -> bool:
+        """The topic's ``unclean.leader.election.enable``, else the cluster-wide broker
+        default, else the settings' default."""
+        image = self._driver.image
+        t = image.topics.get(topic)
+        value = t.configs.get(UNCLEAN_LEADER_ELECTION) if t is not None else None
+        if value is None:
+            value = image.broker_configs.get("", {}).get(UNCLEAN_LEADER_ELECTION)
+        if value is None:
+            return self._settings.unclean_default
+        return value.strip().lower() == "true"
+
+    async def _elections(self, now: float) -> None:
+        image = self._driver.image
+        reasons: list[tuple[ChangePartition, str]] = []
+        for c in leaderless_elections(image, self.unclean_allowed):
+            unclean = c.isr is not None
+            reasons.append(
+                (
+                    c,
+                    "unclean election (no live in-sync replica)"
+                    if unclean
+                    else "the partition had no leader",
+                )
+            )
+        reasons += [(c, "reassignment complete") for c in reassignment_completions(image)]
+        period_s = self._settings.leader_imbalance_check_ms / 1000
+        if self._settings.auto_leader_rebalance and now - self._last_rebalance >= period_s:
+            self._last_rebalance = now
+            for topic, partition in imbalanced_partitions(image):
+                with contextlib.suppress(MetadataError):
+                    change = preferred_election(image, topic, partition)
+                    reasons.append((change, "preferred replica leadership rebalance"))
+        chosen: dict[tuple[str, int], tuple[ChangePartition, str]] = {}
+        for change, reason in reasons:
+            key = (change.topic, change.partition)
+            if key not in chosen and self._eligible(image, change):
+                chosen[key] = (change, reason)
+        if not chosen:
+            return
+        for change, reason in chosen.values():
+            self._log_change(image, change, reason)
+        await self._propose_all([c for c, _ in chosen.values()])
+
+    def _eligible(self, image: MetadataImage, change: ChangePartition) -> bool:
+        """A broker in controlled shutdown is not given any new leadership."""
+        if change.leader is None or change.leader not in self._shutting_down:
+            return True
+        return change.leader == image.partition(change.topic, change.partition).leader
+
+    @staticmethod
+    def _log_change(image: MetadataImage, change: ChangePartition, reason: str) -> None:
+        p = image.partition(change.topic, change.partition)
+        if change.replicas is not None:
+            log.info(
+                "completing reassignment of %s-%d: replicas %s -> %s, leader %d (%s)",
+                change.topic,
+                change.partition,
+                p.replicas,
+                list(change.replicas),
+                p.leader if change.leader is None else change.leader,
+                reason,
+            )
+        else:
+            log.info(
+                "electing broker %s leader of %s-%d (was %s): %s",
+                change.leader,
+                change.topic,
+                change.partition,
+                "none" if p.leader == NO_LEADER else p.leader,
+                reason,
+            )
+
+    # ---- proposing ---------------------------------------------------------------------------
+
+    async def _propose_all(self, commands: Sequence[Command]) -> None:
+        """Propose in bounded Batches; sub-commands the image rejects are recomputed later."""
+        chunks = [commands[i : i + MAX_BATCH] for i in range(0, len(commands), MAX_BATCH)]
+        for chunk in chunks[:MAX_BATCHES_PER_STEP]:
+            await self._propose(Batch(tuple(chunk)) if len(chunk) > 1 else chunk[0])
+            errors = self._driver.image.errors
+            if len(chunk) > 1 and errors:
+                log.debug("%d of %d commands did not apply: %s", len(errors), len(chunk), errors)
+
+    async def _propose(self, command: Command) -> None:
+        """Raises NotControllerError, REQUEST_TIMED_OUT, or the image's MetadataError (single
+        commands only; a Batch's rejected parts land in ``image.errors``)."""
+        try:
+            await asyncio.wait_for(
+                self._driver.propose(encode_command(command)), self._settings.propose_timeout_s
+            )
+        except TimeoutError:
+            raise StromError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{command.TYPE} did not commit within {self._settings.propose_timeout_s}s",
+            ) from None
+        except MetadataError as exc:
+            if isinstance(command, UnfenceBroker):
+                raise
+            log.debug("%s did not apply: %s", command.TYPE, exc.message)

@@ -1,4 +1,4 @@
-"""Real broker processes for tests of every package (broker, client, CLI, operator, Spark).
+"""One real broker process for tests of every package (broker, client, CLI, operator, Spark).
 
 A :class:`BrokerProcess` runs ``python -m strom.broker`` as a child process on 127.0.0.1 with free
 ports and a data directory of the test's choosing, waits until ``/readyz`` says it serves (bounded
@@ -44,7 +44,10 @@ __all__ = [
     "BrokerProcess",
     "BrokerStartError",
     "broker_fixture",
+    "config_from_kwargs",
+    "config_value",
     "free_port",
+    "free_ports",
     "running_broker",
 ]
 
@@ -63,8 +66,29 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _config_from_kwargs(kwargs: Mapping[str, object]) -> dict[str, str]:
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports, all held open while choosing so none is handed out twice.
+
+    A cluster needs its ports before any broker starts (each voter names the others' ports).
+    """
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def config_from_kwargs(kwargs: Mapping[str, object]) -> dict[str, str]:
+    """``log_retention_ms=1000`` -> ``{"log.retention.ms": "1000"}``."""
     return {key.replace("_", "."): _str(value) for key, value in kwargs.items()}
+
+
+_config_from_kwargs = config_from_kwargs
 
 
 def _kill_quietly(pid: int) -> None:
@@ -233,6 +257,26 @@ class BrokerProcess:
                     f"killed\n--- stderr tail:\n{self.stderr_tail()}") from None
         return int(proc.returncode)
 
+    def signal_stop(self) -> None:
+        """SIGTERM without waiting (stop several brokers at once; then :meth:`wait_stopped`)."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        if self.paused:
+            self.resume()
+        proc.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float = STOP_TIMEOUT_S) -> bool:
+        """Wait for the process to exit; True if it did (or never ran)."""
+        proc = self._proc
+        if proc is None:
+            return True
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def stop(self) -> None:
         """Graceful stop if possible, kill otherwise; never raises for a dead process."""
         if not self.is_alive():
@@ -273,6 +317,11 @@ class BrokerProcess:
 
 
 BrokerHandle = BrokerProcess
+
+
+def config_value(value: object) -> str:
+    """A config value as the broker's ``--set`` reads it (bools lower-case, lists comma-joined)."""
+    return _str(value)
 
 
 def _str(value: object) -> str:

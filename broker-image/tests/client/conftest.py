@@ -48,6 +48,9 @@ class FakeCluster:
         # injected whole-call errors: rpc -> codes (raised as gRPC status with ErrorInfo)
         self.call_faults: dict[str, list[ErrorCode]] = defaultdict(list)
         self.calls: list[tuple[int, str, Any]] = []  # (broker id, rpc, request)
+        # Produce answers lost after the append (the client sees a timeout): (topic, partition)
+        self.lost_answers: dict[tuple[str, int], int] = defaultdict(int)
+        self.next_producer_id = 1000
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
@@ -105,6 +108,16 @@ class _FakeBroker(broker_pb2_grpc.BrokerServicer):
         self.c = cluster
         self.id = broker_id
 
+    async def InitProducerId(self, request: Any, context: Any) -> Any:
+        self.c.calls.append((self.id, "InitProducerId", request))
+        await self.c.abort_if_call_fault("InitProducerId", context)
+        if request.producer_id >= 0:
+            return broker_pb2.InitProducerIdResponse(producer_id=request.producer_id,
+                                                     producer_epoch=request.producer_epoch + 1)
+        self.c.next_producer_id += 1
+        return broker_pb2.InitProducerIdResponse(producer_id=self.c.next_producer_id,
+                                                 producer_epoch=0)
+
     async def Metadata(self, request: Any, context: Any) -> Any:
         self.c.calls.append((self.id, "Metadata", request))
         await self.c.abort_if_call_fault("Metadata", context)
@@ -155,6 +168,10 @@ class _FakeBroker(broker_pb2_grpc.BrokerServicer):
                 part.next_offset += h.last_offset_delta + 1
             part.batches.append((base, bytes(buf)))
             part.arrived.set()
+            if self.c.lost_answers[(pd.topic, pd.partition)] > 0:
+                self.c.lost_answers[(pd.topic, pd.partition)] -= 1
+                await context.abort_with_status(to_grpc_status(
+                    StromError(ErrorCode.REQUEST_TIMED_OUT, "injected: answer lost")))
             out.append(broker_pb2.PartitionProduceResponse(
                 topic=pd.topic, partition=pd.partition, base_offset=base, log_append_time_ms=-1))
         return broker_pb2.ProduceResponse(partitions=out)

@@ -143,8 +143,14 @@ class RecordAccumulator:
         return check
 
     def drain(self, nodes: Iterable[int], leader_of: Callable[[TopicPartition], int],
-              max_request_size: int, now_ms: float) -> dict[int, list[ProducerBatch]]:
-        """Take up to one ready batch per partition for each node, within max_request_size."""
+              max_request_size: int, now_ms: float,
+              stamp: Callable[[ProducerBatch], None] | None = None
+              ) -> dict[int, list[ProducerBatch]]:
+        """Take up to one ready batch per partition for each node, within max_request_size.
+
+        ``stamp`` (idempotence) gives a batch its producer id, epoch and sequence just before
+        it is closed, so sequences follow the order batches leave, not the order they opened.
+        """
         wanted = set(nodes)
         out: dict[int, list[ProducerBatch]] = {}
         sizes: dict[int, int] = {}
@@ -169,6 +175,8 @@ class RecordAccumulator:
                 if used and used + size > max_request_size:
                     continue
                 dq.popleft()
+                if stamp is not None:
+                    stamp(head)
                 head.close()
                 sizes[leader] = used + size
                 out.setdefault(leader, []).append(head)

@@ -11,8 +11,15 @@ from collections.abc import Sequence
 from strom.protocol.errors import ErrorCode, StromError
 
 
+class InvalidOption(StromError, ValueError):
+    """A client option (or a combination of options) that cannot work; INVALID_CONFIG."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_CONFIG, message)
+
+
 def _bad(message: str) -> StromError:
-    return StromError(ErrorCode.INVALID_CONFIG, message)
+    return InvalidOption(message)
 
 
 def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -45,6 +52,23 @@ def parse_acks(acks: int | str) -> int:
     if acks not in (0, 1, -1):
         raise _bad(f"acks={acks!r} is not valid; use 0, 1, -1 or 'all'")
     return acks
+
+
+def resolve_idempotence(acks: int | str | None, enable_idempotence: bool | None
+                        ) -> tuple[int, bool]:
+    """(acks, idempotence) with Kafka 3's defaults: acks=all and idempotence on.
+
+    Idempotence needs acks=all (a batch only the leader has can be lost in a failover, and its
+    retry would then not be recognised). Left unset, it follows acks: an explicit acks=0 or 1
+    turns it off; asked for explicitly with acks 0 or 1 it is a configuration error.
+    """
+    parsed = -1 if acks is None else parse_acks(acks)
+    if enable_idempotence is None:
+        return parsed, parsed == -1
+    if enable_idempotence and parsed != -1:
+        raise _bad(f"enable_idempotence=True needs acks='all' but acks={acks!r}; set acks='all' "
+                   f"or enable_idempotence=False")
+    return parsed, enable_idempotence
 
 
 def parse_offset_reset(value: str) -> str:

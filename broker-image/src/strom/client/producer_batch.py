@@ -99,9 +99,10 @@ class ProducerBatch:
     """Records for one partition, sent (and possibly retried) as one RecordBatch v2."""
 
     __slots__ = (
-        "acks_zero", "async_futures", "attempts", "base_offset", "builder", "callbacks",
-        "condition", "created_ms", "data", "done", "error", "full", "log_append_time",
-        "reserved", "retry_at_ms", "tp", "watched",
+        "acks_zero", "async_futures", "attempts", "base_offset", "base_sequence", "builder",
+        "callbacks", "condition", "created_ms", "data", "done", "error", "full",
+        "log_append_time", "producer_epoch", "producer_id", "reserved", "restamp",
+        "retry_at_ms", "tp", "watched",
     )
 
     def __init__(self, tp: TopicPartition, builder: BatchBuilder, created_ms: float,
@@ -124,6 +125,11 @@ class ProducerBatch:
         self.log_append_time = -1
         self.error: BaseException | None = None
         self.acks_zero = False
+        # idempotence: set once when first drained, kept by retries (the broker de-duplicates)
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
+        self.restamp = False  # refused unwritten: resend under the producer's new epoch
 
     @property
     def record_count(self) -> int:

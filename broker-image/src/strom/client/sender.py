@@ -8,11 +8,18 @@ accumulator which leaders have sendable batches, sends one Produce per leader wi
 stale and re-queues the batch after exponential backoff with jitter until ``delivery_timeout_ms``
 — Kafka's producer behaviour. Non-retriable errors fail the batch's futures.
 
-Idempotence (producer ids and sequence numbers) comes later: batch headers carry producer id -1,
-so, as with Kafka's non-idempotent producer, a retry after a lost answer can duplicate records and
-``max_in_flight_requests_per_connection > 1`` can reorder them across a retry. With
-``max_in_flight_requests_per_connection=1`` a partition has one batch in flight at a time, which
-keeps order. Oversized batches are not split on MESSAGE_TOO_LARGE: lower ``batch_size``.
+Idempotence (on by default with acks=all, as in Kafka 3; KIP-98/KIP-360): before its first send
+the sender gets a producer id and epoch with InitProducerId from any broker; each batch is given
+the next sequence number of its partition when it is first drained and keeps it (and its bytes)
+across retries, so the leader recognises a retry whose first answer was lost and answers it with
+the original offsets, also after a failover (followers rebuild the same state from the log). A
+partition has one batch in flight at a time, so order holds across retries. When a batch that
+had a sequence fails for good (out-of-order sequence, delivery timeout), the partition's
+sequence has a gap, so the producer bumps its epoch (InitProducerId with its current id) and
+restarts every partition at sequence 0; a batch the broker refused unwritten because it did not
+know the producer or its epoch is restamped under the new epoch and resent. Without idempotence
+(an explicit acks=0 or 1), a retry after a lost answer can duplicate records, as in Kafka.
+Oversized batches are not split on MESSAGE_TOO_LARGE: lower ``batch_size``.
 """
 
 from __future__ import annotations
@@ -29,20 +36,23 @@ import grpc
 
 from strom.client.accumulator import RecordAccumulator
 from strom.client.backoff import RetryPolicy
-from strom.client.config import parse_acks, parse_bootstrap, require_positive
+from strom.client.config import parse_bootstrap, require_positive, resolve_idempotence
 from strom.client.connections import Connections, MetadataRefresher, now_ms, rpc_error
 from strom.client.metadata import ClusterMetadata
 from strom.client.models import TopicPartition
 from strom.client.partitioner import DefaultPartitioner
 from strom.client.producer_batch import ProducerBatch
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
-from strom.protocol.records import Compression, Header
+from strom.protocol.records import Compression, Header, restamp_producer_state
 from strom.protocol.v1 import broker_pb2
 
 log = logging.getLogger("strom.client.producer")
 
 #: Per-record bytes beyond key and value (varints, attributes, deltas) — for the size check.
 RECORD_OVERHEAD = 24
+_SEQUENCE_MODULUS = 1 << 31  # sequences wrap from 2**31 - 1 to 0, as in Kafka
+#: The broker refused the batch without writing it: a new epoch and a resend fix it.
+_RESTAMP_ERRORS = frozenset({ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_EPOCH})
 
 
 class NeedMetadata(Exception):
@@ -57,6 +67,7 @@ class ProducerOptions(TypedDict, total=False):
     """The keyword options of ``Producer`` and ``AsyncProducer`` (defaults in ``build``)."""
 
     acks: int | str
+    enable_idempotence: bool
     linger_ms: int
     batch_size: int
     compression_type: str
@@ -76,6 +87,7 @@ class ProducerOptions(TypedDict, total=False):
 class ProducerSettings:
     bootstrap: list[tuple[str, int]]
     acks: int
+    idempotence: bool
     linger_ms: int
     batch_size: int
     compression: Compression
@@ -90,8 +102,9 @@ class ProducerSettings:
     max_block_ms: int
 
     @classmethod
-    def build(cls, bootstrap_servers: str | Sequence[str], *, acks: int | str = 1,
-              linger_ms: int = 5, batch_size: int = 262144, compression_type: str = "none",
+    def build(cls, bootstrap_servers: str | Sequence[str], *, acks: int | str | None = None,
+              enable_idempotence: bool | None = None, linger_ms: int = 5,
+              batch_size: int = 262144, compression_type: str = "none",
               retries: int = 2147483647, retry_backoff_ms: int = 100,
               retry_backoff_max_ms: int = 1000, delivery_timeout_ms: int = 120000,
               request_timeout_ms: int = 30000, max_in_flight_requests_per_connection: int = 5,
@@ -107,8 +120,10 @@ class ProducerSettings:
             raise StromError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         if linger_ms < 0:
             raise StromError(ErrorCode.INVALID_CONFIG, f"linger_ms={linger_ms} must be >= 0")
+        acks_value, idempotence = resolve_idempotence(acks, enable_idempotence)
         return cls(
-            bootstrap=parse_bootstrap(bootstrap_servers), acks=parse_acks(acks),
+            bootstrap=parse_bootstrap(bootstrap_servers), acks=acks_value,
+            idempotence=idempotence,
             linger_ms=linger_ms, batch_size=require_positive("batch_size", batch_size),
             compression=compression, retries=max(0, retries),
             retry_backoff_ms=max(0, retry_backoff_ms),
@@ -154,6 +169,12 @@ class ProducerCore:
         self._flush_waiters: list[tuple[set[ProducerBatch], asyncio.Future[None]]] = []
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
+        # idempotence (sender loop only)
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._sequences: dict[TopicPartition, int] = {}  # next sequence per partition
+        self._bump_needed = False
+        self._init_task: asyncio.Task[None] | None = None
 
     # --- lifecycle (on the loop) ---------------------------------------------------------
     def start(self) -> None:
@@ -273,9 +294,13 @@ class ProducerCore:
                 if self.metadata.needs_refresh(now):
                     self._request_refresh(now)
                 nodes = [n for n in check.nodes if self._may_send(n, check.full_nodes)]
+                if nodes and self.settings.idempotence and (
+                        self.producer_id < 0 or self._bump_needed):
+                    self._start_init_producer_id()
+                    nodes = []
                 if nodes:
                     drained = acc.drain(nodes, self._leader_of, self.settings.max_request_size,
-                                        now)
+                                        now, self._stamp if self.settings.idempotence else None)
                     for node, batches in drained.items():
                         self.in_flight[node] = self.in_flight.get(node, 0) + 1
                         self._spawn(self._send(node, batches))
@@ -356,8 +381,12 @@ class ProducerCore:
                     self._failed(b, StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
                                                f"produce response has no result for {b.tp}"))
                 elif r.error_code:
-                    self._failed(b, StromError(error_code_from_int(r.error_code),
-                                               r.error_message or f"produce to {b.tp} failed"))
+                    code = error_code_from_int(r.error_code)
+                    if code is ErrorCode.DUPLICATE_SEQUENCE_NUMBER and b.producer_id >= 0:
+                        self._finish(b, r.base_offset, r.log_append_time_ms, None)  # as Kafka
+                    else:
+                        self._failed(b, StromError(code, r.error_message
+                                                   or f"produce to {b.tp} failed"))
                 else:
                     self._finish(b, r.base_offset, r.log_append_time_ms, None)
         finally:
@@ -368,7 +397,12 @@ class ProducerCore:
         if batch.done:
             return  # acks=0: already resolved
         now = now_ms()
-        if self.retry.should_retry(err.retriable, batch.attempts + 1, now,
+        retriable = err.retriable
+        if batch.producer_id >= 0 and err.code in _RESTAMP_ERRORS:
+            retriable = True  # not written: resend under a new epoch (KIP-360)
+            batch.restamp = True
+            self._bump_needed = True
+        if self.retry.should_retry(retriable, batch.attempts + 1, now,
                                    batch.created_ms + self.settings.delivery_timeout_ms) \
                 and not self.closed:
             log.debug("retrying %s after %s (attempt %d)", batch.tp, err, batch.attempts + 1)
@@ -382,6 +416,11 @@ class ProducerCore:
                 error: BaseException | None) -> None:
         if batch.done:
             return
+        if (error is not None and batch.producer_id == self.producer_id >= 0
+                and batch.producer_epoch == self.producer_epoch and not batch.restamp):
+            # the batch had sequence numbers and will never be written: the partition's
+            # sequence now has a gap the broker would refuse, so start a new epoch
+            self._bump_needed = True
         batch.complete(base_offset, log_append_time, error)
         self.acc.finished(batch)
         if self._completed is not None:
@@ -395,6 +434,70 @@ class ProducerCore:
                 elif not fut.done():
                     fut.set_result(None)
             self._flush_waiters = still
+
+    # --- idempotence (on the loop) -------------------------------------------------------
+    def _stamp(self, batch: ProducerBatch) -> None:
+        """Give a batch leaving for the first time (or refused unwritten) its sequence."""
+        if batch.producer_id >= 0 and not batch.restamp:
+            return  # a retry keeps its sequence: that is what lets the broker de-duplicate
+        seq = self._sequences.get(batch.tp, 0)
+        if batch.data is None:
+            batch.builder.set_producer_state(self.producer_id, self.producer_epoch, seq)
+        else:
+            batch.data = restamp_producer_state(batch.data, self.producer_id,
+                                                self.producer_epoch, seq)
+        batch.producer_id, batch.producer_epoch, batch.base_sequence = (
+            self.producer_id, self.producer_epoch, seq)
+        batch.restamp = False
+        self._sequences[batch.tp] = (seq + batch.record_count) % _SEQUENCE_MODULUS
+
+    def _start_init_producer_id(self) -> None:
+        if self._init_task is None or self._init_task.done():
+            assert self.loop is not None
+            self._init_task = self.loop.create_task(self._init_producer_id(),
+                                                    name="strom-producer-init-id")
+
+    async def _init_producer_id(self) -> None:
+        """InitProducerId from any broker, retried with backoff while errors are retriable."""
+        s = self.settings
+        bump = self.producer_id >= 0
+        request = broker_pb2.InitProducerIdRequest(
+            producer_id=self.producer_id if bump else -1,
+            producer_epoch=self.producer_epoch if bump else -1)
+        attempt = 0
+        while not self.closed:
+            err: StromError
+            try:
+                stub = self.conns.broker_stub_at(self.conns.addresses()[0])
+                response = await stub.InitProducerId(request,
+                                                     timeout=s.request_timeout_ms / 1000.0)
+                if response.error_code:
+                    raise StromError(error_code_from_int(response.error_code),
+                                     response.error_message or "InitProducerId failed")
+            except grpc.RpcError as exc:
+                err = rpc_error(exc)
+            except StromError as exc:
+                err = exc
+            else:
+                log.debug("producer id %d epoch %d", response.producer_id,
+                          response.producer_epoch)
+                self.producer_id, self.producer_epoch = (response.producer_id,
+                                                         response.producer_epoch)
+                self._sequences.clear()
+                self._bump_needed = False
+                self.wake()
+                return
+            if not err.retriable:
+                fatal = StromError(err.code, f"the idempotent producer could not get a producer "
+                                             f"id (InitProducerId: {err}); fix the broker or "
+                                             f"set enable_idempotence=False")
+                log.error("%s", fatal)
+                for batch in self.acc.abort_all():
+                    self._finish(batch, -1, -1, fatal)
+                return
+            attempt += 1
+            log.debug("InitProducerId failed (%s); retrying (attempt %d)", err, attempt)
+            await asyncio.sleep(self.retry.backoff(attempt) / 1000.0)
 
     async def wait_completion(self) -> None:
         """Wait until some batch completes (the async producer's buffer_memory backpressure)."""
@@ -454,5 +557,7 @@ class ProducerCore:
             self._finish(batch, -1, -1, err)
         for task in list(self._tasks):
             task.cancel()
+        if self._init_task is not None:
+            self._init_task.cancel()
         self._refresher.cancel()
         await self.conns.close()

@@ -10,6 +10,7 @@ Compression (gzip, snappy, lz4, zstd) is applied to whole batches by the builder
 from __future__ import annotations
 
 import enum
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ from aiokafka.record.default_records import (
     DefaultRecordBatchBuilder,
 )
 
-from strom.protocol.batch import ATTR_TIMESTAMP_TYPE, HEADER_SIZE, iter_headers
+from strom.protocol.batch import ATTR_TIMESTAMP_TYPE, HEADER_SIZE, compute_crc, iter_headers
 from strom.protocol.errors import ErrorCode, StromError
 
 Header = tuple[str, bytes | None]
@@ -127,6 +128,23 @@ class BatchBuilder:
 
     def build(self) -> bytes:
         return bytes(self._builder.build())
+
+
+_PRODUCER_STATE = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at byte 43
+_CRC = struct.Struct(">I")
+
+
+def restamp_producer_state(batch: bytes, producer_id: int, producer_epoch: int,
+                           base_sequence: int) -> bytes:
+    """A copy of one built batch with new producer id/epoch/base sequence and its CRC redone.
+
+    For an idempotent producer's batch the broker refused without writing it (unknown producer,
+    stale epoch) and that must be resent under a new epoch: the fields sit inside the CRC.
+    """
+    buf = bytearray(batch)
+    _PRODUCER_STATE.pack_into(buf, 43, producer_id, producer_epoch, base_sequence)
+    _CRC.pack_into(buf, 17, compute_crc(buf, 0, len(buf)))
+    return bytes(buf)
 
 
 def encode_batch(

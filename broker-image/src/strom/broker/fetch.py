@@ -6,18 +6,24 @@ error, or waiting cannot return more data, or ``max_wait_ms`` passes; appends wa
 fetches through per-partition events), ``partition_max_bytes`` per partition and ``max_bytes``
 per response with KIP-74's rule (the first partition with data returns at least one whole batch
 even if it is larger; later partitions only return whole batches that fit). Only offsets below
-the high watermark are served. The first batch may start before ``fetch_offset``; consumers skip
-the records before it, as in Kafka.
+the high watermark are served, and only by the partition's leader (NOT_LEADER_OR_FOLLOWER
+elsewhere). The first batch may start before ``fetch_offset``; consumers skip the records before
+it, as in Kafka.
 
 Sizes: 0 means "the default" (``max_bytes`` -> fetch.max.bytes, which also caps larger values;
 ``partition_max_bytes`` -> 1 MiB); negative sizes are INVALID_FETCH_SIZE (whole request for
-``min_bytes``/``max_bytes``, per partition for ``partition_max_bytes``). Offsets outside
-[log start offset, high watermark], negative ones included, are OFFSET_OUT_OF_RANGE with the valid
-range in the message. ``current_leader_epoch`` >= 0 is checked (FENCED_/UNKNOWN_LEADER_EPOCH).
+``min_bytes``/``max_bytes``, per partition for ``partition_max_bytes``). Offsets below the log
+start offset or beyond the log end offset are OFFSET_OUT_OF_RANGE with the valid range in the
+message; offsets between the high watermark and the log end offset (a new leader's high watermark
+may briefly lag) return no records yet. ``current_leader_epoch`` >= 0 is checked
+(FENCED_/UNKNOWN_LEADER_EPOCH).
 
-Not supported yet: follower fetches (``replica_id`` >= 0 is served like a consumer until
-replication lands), fetch sessions (KIP-227), read_committed filtering (isolation level 1 is
-accepted and equals read_uncommitted: there are no transactions), preferred read replicas.
+``replica_id`` is not special: followers replicate through ``Replica.ReplicaFetch``
+(``replica_fetch.py``), so every Fetch is served as a consumer's.
+
+Not supported yet: fetch sessions (KIP-227), read_committed filtering (isolation level 1 is
+accepted and equals read_uncommitted: there are no transactions), preferred read replicas
+(KIP-392: consumers always read from the leader).
 """
 
 from __future__ import annotations

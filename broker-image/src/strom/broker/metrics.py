@@ -11,6 +11,12 @@ per HTTP/2 connection) that made a call during the last 60 seconds; a gRPC serve
 connection events, so this is "peers seen recently", not open sockets. In-flight calls are a
 separate gauge, ``strom_broker_inflight_requests``.
 
+Replication gauges and counters (under-replicated and offline partitions, ISR shrinks/expands,
+follower lag, replication bytes) are read from the
+:class:`~strom.replication.manager.ReplicaManager` at scrape time too (``watch_replicas``);
+``strom_offline_partitions`` counts a leaderless partition on its preferred replica only, so a
+sum over brokers counts each partition once.
+
 Names follow Kafka's ``BrokerTopicMetrics`` (bytes/messages in and out per topic); messages out
 are counted from the batch headers' record counts, without decoding records.
 """
@@ -22,10 +28,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from strom.replication.manager import ReplicaManager
 from strom.storage.log import PartitionLog
 
 PEER_WINDOW_S = 60.0
@@ -65,6 +72,12 @@ class BrokerMetrics:
         self._peers: dict[str, float] = {}
         self._logs: Callable[[], Iterable[PartitionLog]] = tuple
         r.register(_LogCollector(self))
+        self.replication: ReplicaManager | None = None
+        r.register(_ReplicationCollector(self))
+
+    def watch_replicas(self, replicas: ReplicaManager) -> None:
+        """Read replication gauges and counters from ``replicas`` at scrape time."""
+        self.replication = replicas
 
     def watch_logs(self, source: Callable[[], Iterable[PartitionLog]]) -> None:
         """Read log gauges from ``source()`` at scrape time."""
@@ -127,3 +140,38 @@ class _LogCollector(Collector):
         yield GaugeMetricFamily("strom_broker_active_connections", "Distinct client peers "
                                 f"seen in the last {int(PEER_WINDOW_S)} seconds.",
                                 value=self._metrics.active_peers())
+
+
+class _ReplicationCollector(Collector):
+    """Kafka's ReplicaManager / ReplicaFetcherManager metrics, read at scrape time."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        manager = self._metrics.replication
+        if manager is None:
+            return
+        yield GaugeMetricFamily("strom_under_replicated_partitions", "Partitions led by this "
+                                "broker whose ISR is smaller than their replica set.",
+                                value=manager.under_replicated_count())
+        yield GaugeMetricFamily("strom_offline_partitions", "Partitions with no leader, counted "
+                                "by their preferred replica.", value=manager.offline_count())
+        yield GaugeMetricFamily("strom_leader_partitions", "Partitions this broker leads.",
+                                value=manager.leader_count())
+        yield GaugeMetricFamily("strom_replica_fetcher_max_lag", "Records the most-behind "
+                                "followed partition lacks, as of its last fetch.",
+                                value=manager.max_follower_lag())
+        yield CounterMetricFamily("strom_isr_shrinks", "ISR shrinks proposed by this broker "
+                                  "as leader and committed.", value=manager.isr_shrinks)
+        yield CounterMetricFamily("strom_isr_expands", "ISR expansions proposed by this broker "
+                                  "as leader and committed.", value=manager.isr_expands)
+        yield CounterMetricFamily("strom_replication_bytes_in", "Bytes of record batches "
+                                  "fetched from leaders as a follower.",
+                                  value=manager.replication_bytes_in)
+        yield CounterMetricFamily("strom_replication_bytes_out", "Bytes of record batches "
+                                  "sent to followers as a leader.",
+                                  value=manager.replication_bytes_out)

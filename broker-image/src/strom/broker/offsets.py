@@ -6,6 +6,9 @@ any timestamp >= 0: the first offset whose record timestamp is >= it, or offset 
 none (as Kafka answers). Errors are per partition (UNKNOWN_TOPIC_OR_PARTITION, or INVALID_REQUEST
 for another negative timestamp).
 
+Answered only by the partition's leader (NOT_LEADER_OR_FOLLOWER elsewhere), so "latest" is the
+leader's high watermark: an offset every in-sync replica has.
+
 Not supported: -4 / -5 (earliest-local / latest-tiered: there is no tiered storage), isolation
 levels (no transactions, so the last stable offset equals the high watermark), the
 current_leader_epoch check (the request has no such field yet).

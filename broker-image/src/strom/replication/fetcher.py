@@ -1,0 +1,235 @@
+"""A follower's pull loop towards one leader broker: one long-poll ReplicaFetch at a time.
+
+Kafka runs ``num.replica.fetchers`` threads per leader; we run one asyncio task per leader broker
+for all partitions this broker follows from it, so the number of gRPC calls does not grow with the
+partition count. The task only moves bytes: it asks the :class:`FetchTarget` (the replica manager,
+which owns the logs) where each partition stands, sends one request, and hands each partition's
+answer back. A partition the target says to delay (an error) is left out of requests until its
+delay passes; an unknown leader address or a failed call backs off exponentially, bounded by
+``fetch_backoff_max_ms``, so a leader that comes back is found again within a second.
+
+A response for a partition whose leader epoch changed while the call was in flight is dropped;
+the target also drops one whose log end offset moved (truncated meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from strom.protocol.status import from_rpc_error
+from strom.protocol.v1 import replica_pb2, replica_pb2_grpc
+from strom.replication.settings import ReplicationSettings
+from strom.replication.state import BrokerAddress
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+_IDLE_WAIT_S = 5.0
+_WARN_EVERY_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPosition:
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+
+
+class FetchTarget(Protocol):
+    def fetch_position(self, tp: TopicPartition) -> FetchPosition | None: ...
+
+    def on_fetched(self, tp: TopicPartition, leader: int, leader_epoch: int, fetch_offset: int,
+                   answer: replica_pb2.ReplicaFetchPartitionResponse) -> float:
+        """Apply one partition's answer; returns seconds to leave the partition out (0: none)."""
+        ...
+
+
+@dataclass(slots=True)
+class _PartitionFetch:
+    leader_epoch: int
+    delayed_until: float = 0.0
+
+
+def backoff_s(failures: int, settings: ReplicationSettings) -> float:
+    """Exponential backoff after ``failures`` consecutive failures, bounded."""
+    if failures <= 0:
+        return 0.0
+    ms = min(settings.fetch_backoff_ms * 2 ** min(failures - 1, 16), settings.fetch_backoff_max_ms)
+    return float(ms) / 1000.0
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows from broker ``leader``."""
+
+    def __init__(self, leader: int, settings: ReplicationSettings, target: FetchTarget,
+                 broker_address: BrokerAddress,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.leader = leader
+        self._settings = settings
+        self._target = target
+        self._broker_address = broker_address
+        self._clock = clock
+        self._partitions: dict[TopicPartition, _PartitionFetch] = {}
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: replica_pb2_grpc.ReplicaStub | None = None
+        self._address: str | None = None
+        self._stopping = False
+        self._last_warning = 0.0
+        self.failures = 0
+
+    # -- membership (called by the manager on the event loop) -------------------------------------
+
+    def add(self, tp: TopicPartition, leader_epoch: int) -> None:
+        self._partitions[tp] = _PartitionFetch(leader_epoch)
+        self._wakeup.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self._partitions.pop(tp, None)
+
+    def undelay(self, tp: TopicPartition, leader_epoch: int) -> None:
+        """A new view for ``tp`` arrived: fetch it again at once with the new epoch."""
+        state = self._partitions.get(tp)
+        if state is not None:
+            state.leader_epoch = leader_epoch
+            state.delayed_until = 0.0
+            self._wakeup.set()
+
+    def __contains__(self, tp: object) -> bool:
+        return tp in self._partitions
+
+    def __len__(self) -> int:
+        return len(self._partitions)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wakeup.set()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._close_channel()
+
+    async def _close_channel(self) -> None:
+        channel, self._channel, self._stub, self._address = self._channel, None, None, None
+        if channel is not None:
+            await channel.close(None)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                await self._fetch_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("replica fetcher for leader %d failed; retrying", self.leader)
+                self.failures += 1
+                await self._sleep(backoff_s(self.failures, self._settings))
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), seconds)
+
+    async def _fetch_once(self) -> None:
+        now = self._clock()
+        ready = {tp: st for tp, st in self._partitions.items() if st.delayed_until <= now}
+        if not ready:
+            delays = [st.delayed_until - now for st in self._partitions.values()]
+            await self._sleep(min(delays, default=_IDLE_WAIT_S))
+            return
+        stub = await self._connect()
+        if stub is None:
+            self.failures += 1
+            self._warn(f"the address of leader broker {self.leader} is unknown")
+            await self._sleep(backoff_s(self.failures, self._settings))
+            return
+        request, sent = self._request(ready)
+        if not request.partitions:
+            await self._sleep(backoff_s(1, self._settings))
+            return
+        timeout = (self._settings.fetch_wait_max_ms + self._settings.fetch_timeout_ms) / 1000.0
+        try:
+            response: replica_pb2.ReplicaFetchResponse = await stub.ReplicaFetch(
+                request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            self.failures += 1
+            self._warn(f"ReplicaFetch from broker {self.leader} at {self._address} failed: "
+                       f"{from_rpc_error(exc)}")
+            await self._sleep(backoff_s(self.failures, self._settings))
+            return
+        self.failures = 0
+        done = self._clock()
+        for answer in response.partitions:
+            tp = (answer.topic, answer.partition)
+            state = self._partitions.get(tp)
+            if tp not in sent or state is None or state.leader_epoch != sent[tp][0]:
+                continue
+            delay = self._target.on_fetched(tp, self.leader, state.leader_epoch, sent[tp][1],
+                                            answer)
+            if delay > 0 and self._partitions.get(tp) is state:
+                state.delayed_until = done + delay
+
+    def _request(self, ready: dict[TopicPartition, _PartitionFetch]
+                 ) -> tuple[replica_pb2.ReplicaFetchRequest, dict[TopicPartition, tuple[int, int]]]:
+        settings = self._settings
+        request = replica_pb2.ReplicaFetchRequest(
+            replica_id=settings.broker_id, broker_epoch=-1, max_wait_ms=settings.fetch_wait_max_ms,
+            min_bytes=1, max_bytes=settings.fetch_response_max_bytes)
+        sent: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, state in ready.items():
+            position = self._target.fetch_position(tp)
+            if position is None:
+                continue
+            request.partitions.add(
+                topic=tp[0], partition=tp[1], fetch_offset=position.fetch_offset,
+                last_fetched_epoch=position.last_fetched_epoch,
+                current_leader_epoch=state.leader_epoch,
+                partition_max_bytes=settings.fetch_max_bytes,
+                log_start_offset=position.log_start_offset)
+            sent[tp] = (state.leader_epoch, position.fetch_offset)
+        return request, sent
+
+    async def _connect(self) -> replica_pb2_grpc.ReplicaStub | None:
+        address = self._broker_address(self.leader)
+        if address is None:
+            return None
+        if address != self._address or self._stub is None:
+            await self._close_channel()
+            size = self._settings.max_message_bytes
+            self._channel = grpc.aio.insecure_channel(address, options=[
+                ("grpc.max_send_message_length", size),
+                ("grpc.max_receive_message_length", size),
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", self._settings.fetch_backoff_max_ms),
+            ])
+            self._stub = replica_pb2_grpc.ReplicaStub(self._channel)  # type: ignore[no-untyped-call]
+            self._address = address
+        return self._stub
+
+    def _warn(self, message: str) -> None:
+        now = self._clock()
+        if now - self._last_warning >= _WARN_EVERY_S:
+            self._last_warning = now
+            log.warning("%s; retrying with backoff", message)
+        else:
+            log.debug("%s", message)

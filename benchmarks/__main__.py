@@ -133,6 +133,40 @@ def run_strom_partitions(params: dict[str, int | float], results: list[Result]) 
                                   extra={"rss_peak": rss.peak}))
 
 
+def run_strom_replicated(params: dict[str, int | float], results: list[Result]) -> None:
+    """Replication on one machine: 3 brokers in combined mode; RF=3 acks=all beside RF=1 acks=1
+    (same cluster, same run, ratio = replicated / unreplicated) for both workloads, then leader
+    failover time: kill -9 the leader and time until the first acks=all write succeeds."""
+    from strom.testing import running_cluster
+
+    n_small = int(params["records_replicated"])
+    n_large = max(1, n_small // 4)
+    base = "strom RF=1 acks=1 (3 brokers)"
+    with tempfile.TemporaryDirectory(prefix="strom-bench-rf3-") as tmp, \
+            running_cluster(Path(tmp), brokers=3,
+                            config={"log.segment.bytes": str(256 << 20)}) as cluster:
+        bs = cluster.bootstrap
+        for label, parts, n, size in (("1p-100B", 1, n_small, 100),
+                                      ("8p-1KiB", 8, n_large, 1024)):
+            sw.create_topic(bs, f"rf1-{label}", parts, 1)
+            sw.create_topic(bs, f"rf3-{label}", parts, 3, {"min.insync.replicas": "2"})
+            for p in range(parts):
+                cluster.wait_for_isr(f"rf3-{label}", p, 3, timeout=30)
+            _progress(f"replication: {label}, {n:,} records with RF=1 acks=1 and RF=3 acks=all")
+            t1 = sw.produce(bs, f"rf1-{label}", n, size, acks=1)
+            t3 = sw.produce(bs, f"rf3-{label}", n, size, acks="all")
+            results.append(Result(base, f"replication {label}", "produce", t1.records_per_s,
+                                  "records/s", extra={"MB/s": t1.mb_per_s}))
+            results.append(Result("strom RF=3 acks=all", f"replication {label}", "produce",
+                                  t3.records_per_s, "records/s", peers=[base],
+                                  extra={"MB/s": t3.mb_per_s}))
+        times = sw.failover_times(cluster, int(params["failovers"]), _progress)
+        for q in (50, 99):
+            results.append(Result("strom RF=3 acks=all", "failover", f"kill -9 to write p{q}",
+                                  percentile(times, q), "ms", higher_is_better=False,
+                                  extra={"samples_ms": times}))
+
+
 def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
     """Run the same workloads on each installed peer; every Strom row then gets its ratios."""
     from benchmarks.peers import nats_jetstream, redis_streams
@@ -172,7 +206,8 @@ def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
 PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
               "latency_seconds": 2, "big_log_bytes": 20_000_000,
-              "partition_counts": (1, 100, 1000), "records_partitions": 5_000},
+              "partition_counts": (1, 100, 1000), "records_partitions": 5_000,
+              "records_replicated": 5_000, "failovers": 1},
     "full": {"records_100b": 1_000_000, "records_1k": 300_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000},
@@ -191,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     run_strom(params, results)
     run_strom_partitions(params, results)
+    run_strom_replicated(params, results)
     if not args.no_peers:
         run_peers(params, results)
     attach_ratios(results)

@@ -17,12 +17,13 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from strom.broker import admin, fetch, metadata_rpc, offsets, produce
+from strom.broker import admin, fetch, metadata_rpc, offsets, produce, replica_fetch
 from strom.broker.core import BrokerCore
 from strom.broker.producer_ids import handle_init_producer_id
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.status import to_grpc_status
 from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from strom.protocol.v1 import replica_pb2, replica_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -123,3 +124,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                               ) -> admin_pb2.DescribeClusterResponse:
         return await call(self.core, "DescribeCluster", admin.describe_cluster, request,
                           context)
+
+
+class ReplicaService(replica_pb2_grpc.ReplicaServicer):
+    """Follower fetches from other brokers (``strom.v1.Replica``)."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+
+    async def ReplicaFetch(self, request: replica_pb2.ReplicaFetchRequest, context: Context
+                           ) -> replica_pb2.ReplicaFetchResponse:
+        return await call(self.core, "ReplicaFetch", replica_fetch.handle, request, context)

@@ -108,12 +108,11 @@ def test_dev_down_without_a_cluster_is_a_no_op(tmp_path: Path,
     assert "nothing to stop" in capsys.readouterr().out
 
 
-def test_multi_broker_dev_cluster_is_a_clear_error(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dev", "up", "--brokers", "3", "--data-dir", str(tmp_path)]) == 1
+def test_too_many_dev_brokers_is_a_usage_error(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dev", "up", "--brokers", "10", "--data-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
-        "strom: error: --brokers 3: multi-broker clusters need the controller quorum, not built "
-        "yet; use --brokers 1\n"
+        "strom: error: --brokers 10: a local cluster has at most 9 brokers\n"
     )
 
 

@@ -29,6 +29,8 @@ def test_the_command_tree_has_every_documented_command() -> None:
         "broker start", "dev up", "dev down", "dev status", "dev demo",
         "topic create", "topic list", "topic describe", "topic delete", "topic alter",
         "topic add-partitions", "produce", "consume", "offsets", "cluster describe",
+        "reassign plan", "reassign execute", "reassign status", "reassign cancel",
+        "leader elect",
     ]:
         assert expected in names
 
@@ -69,6 +71,18 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     (["produce", "t", "--compression", "brotli"], "invalid choice: 'brotli'"),
     (["offsets", "t", "--time", "yesterday"], "--time 'yesterday'"),
     (["dev", "up", "--brokers", "0"], "--brokers 0 must be at least 1"),
+    (["reassign", "plan", "--topics", "t"], "--brokers"),
+    (["reassign", "plan", "--topics", "t", "--brokers", "1,x"], "--brokers '1,x'"),
+    (["reassign", "plan", "--topics", "t", "--brokers", "1,1"], "names an id twice"),
+    (["reassign", "plan", "--topics", ",", "--brokers", "1"], "--topics is empty"),
+    (["reassign", "plan", "--topics", "t", "--brokers", "1", "--replication-factor", "0"],
+     "--replication-factor 0 must be at least 1"),
+    (["reassign", "execute"], "--plan"),
+    (["reassign", "execute", "--plan", "p", "--throttle", "1", "--no-throttle"],
+     "not allowed with argument"),
+    (["reassign", "cancel"], "one of the arguments --plan --topics is required"),
+    (["reassign", "status", "--interval", "0"], "--interval and --timeout must be positive"),
+    (["leader", "elect", "--partition", "1"], "--partition needs --topic"),
     (["dev", "demo", "--records", "0"], "--records 0 must be at least 1"),
     (["broker", "start", "--set", "oops"], "--set 'oops' is not KEY=VALUE"),
 ])

@@ -36,22 +36,65 @@ def test_pick_ports_takes_random_free_ports_when_the_defaults_are_busy() -> None
     assert 9092 not in lc.pick_ports(1, 9092, taken={9092}, is_free=always_free)
 
 
-def test_more_than_one_broker_is_a_clear_error_until_the_quorum_exists() -> None:
-    with pytest.raises(CliError, match=r"--brokers 3: multi-broker clusters need the controller "
-                       r"quorum, not built yet; use --brokers 1"):
-        lc.check_broker_count(3)
+def test_broker_count_limits() -> None:
+    lc.check_broker_count(lc.MAX_BROKERS)
+    with pytest.raises(UsageError, match=r"--brokers 10: a local cluster has at most 9"):
+        lc.check_broker_count(10)
     with pytest.raises(UsageError):
         lc.check_broker_count(0)
 
 
-def test_planning_n_brokers_is_one_constant_away(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lc, "MAX_BROKERS", 3)
+def test_planning_n_brokers_puts_the_first_three_in_the_quorum(tmp_path: Path) -> None:
+    state = lc.plan_cluster(tmp_path, 4, is_free=always_free)
+    assert [b.port for b in state.brokers] == [9092, 9093, 9094, 9095]
+    assert [b.metrics_port for b in state.brokers] == [9404, 9405, 9406, 9407]
+    assert state.bootstrap == "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094,127.0.0.1:9095"
+    assert len({b.dir for b in state.brokers}) == 4
+    assert state.voters == [0, 1, 2]
+    assert state.cluster_config == {
+        "controller.quorum.voters": "0@127.0.0.1:9092,1@127.0.0.1:9093,2@127.0.0.1:9094",
+        "default.replication.factor": "3",
+        "min.insync.replicas": "2",
+    }
+
+
+@pytest.mark.parametrize("n, rf, min_isr", [(2, "2", "1"), (3, "3", "2"), (9, "3", "2")])
+def test_replication_defaults_follow_the_broker_count(tmp_path: Path, n: int, rf: str,
+                                                      min_isr: str) -> None:
+    state = lc.plan_cluster(tmp_path, n, base_port=0)
+    assert state.cluster_config["default.replication.factor"] == rf
+    assert state.cluster_config["min.insync.replicas"] == min_isr
+    assert len(state.voters) == min(n, 3)
+    ports = [b.port for b in state.brokers] + [b.metrics_port for b in state.brokers]
+    assert len(set(ports)) == 2 * n
+    voters = state.cluster_config["controller.quorum.voters"].split(",")
+    assert voters == [f"{b.broker_id}@127.0.0.1:{b.port}" for b in state.brokers[:min(n, 3)]]
+
+
+def test_one_broker_is_its_own_controller(tmp_path: Path) -> None:
+    state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
+    assert state.cluster_config == {} and state.voters == []
+
+
+def test_user_overrides_win_over_cluster_defaults_but_not_over_the_quorum(tmp_path: Path) -> None:
     state = lc.plan_cluster(tmp_path, 3, is_free=always_free)
-    assert [b.port for b in state.brokers] == [9092, 9093, 9094]
-    assert [b.metrics_port for b in state.brokers] == [9404, 9405, 9406]
-    assert state.bootstrap == "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
-    assert len({b.dir for b in state.brokers}) == 3
+    argv = lc.broker_command(state.brokers[1], {"min.insync.replicas": "1",
+                                                "controller.quorum.voters": "9@x:1"},
+                             state.cluster_config)
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    assert "min.insync.replicas=1" in sets and "default.replication.factor=3" in sets
+    assert ("controller.quorum.voters=0@127.0.0.1:9092,1@127.0.0.1:9093,2@127.0.0.1:9094"
+            in sets)
+    assert "broker.id=1" in sets and "port=9093" in sets
+
+
+def test_old_cluster_records_without_cluster_keys_still_load(tmp_path: Path) -> None:
+    state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
+    raw = json.loads(state.to_json())
+    del raw["cluster_config"], raw["voters"]
+    (tmp_path / "cluster.json").write_text(json.dumps(raw))
+    loaded = lc.load_state(tmp_path)
+    assert loaded is not None and loaded.cluster_config == {} and loaded.voters == []
 
 
 def test_broker_command_sets_the_cluster_keys_over_user_overrides(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
-"""``strom cluster describe``: cluster id, controller and brokers (like kafka-cluster.sh)."""
+"""``strom cluster describe``: brokers, controller quorum and partition health (kafka-cluster.sh
+plus the under-replicated/offline counts of kafka-topics --describe)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from typing import Any
 
 from strom.cli.common import add_bootstrap_flag, open_admin
@@ -13,37 +15,72 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cluster = sub.add_parser("cluster", help="describe the cluster",
                              description="Cluster-level information.")
     cmds = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
-    describe = cmds.add_parser("describe", help="cluster id, controller and brokers",
-                               description="Show the cluster id, the controller and the brokers.")
+    describe = cmds.add_parser(
+        "describe", help="brokers, controller quorum and partition health",
+        description="Show the cluster id, every registered broker (address, rack, alive or "
+        "fenced, controller voter), the active controller, the metadata offset, and how many "
+        "partitions are under-replicated (ISR smaller than the replicas) or offline (no "
+        "leader). Exit 0 even when some are: this describes, it does not judge.")
     add_output_flag(describe)
     add_bootstrap_flag(describe)
     describe.set_defaults(func=cmd_describe)
 
 
-def cluster_to_dict(desc: Any) -> dict[str, Any]:
+def partition_health(topics: Iterable[Any]) -> dict[str, int]:
+    total = under = offline = 0
+    for t in topics:
+        for p in t.partitions:
+            total += 1
+            if p.leader < 0:
+                offline += 1
+            if len(p.isr) < len(p.replicas):
+                under += 1
+    return {"total": total, "under_replicated": under, "offline": offline}
+
+
+def cluster_to_dict(desc: Any, topics: Iterable[Any] = ()) -> dict[str, Any]:
+    fenced = set(getattr(desc, "fenced_broker_ids", ()))
+    voters = list(getattr(desc, "voters", ()))
+    topic_list = list(topics)
     return {
         "cluster_id": desc.cluster_id,
         "controller_id": desc.controller_id,
+        "voters": voters,
+        "metadata_offset": getattr(desc, "metadata_offset", -1),
+        "answered_by": getattr(desc, "answered_by", -1),
         "brokers": [
-            {"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
+            {"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None,
+             "state": "fenced" if b.broker_id in fenced else "alive",
+             "voter": b.broker_id in voters, "controller": b.broker_id == desc.controller_id}
             for b in sorted(desc.brokers, key=lambda b: b.broker_id)
         ],
+        "topics": len(topic_list),
+        "partitions": partition_health(topic_list),
     }
 
 
 def cluster_table(data: dict[str, Any]) -> str:
-    head = f"ClusterId: {data['cluster_id']}  ControllerId: {data['controller_id']}"
+    offset = data["metadata_offset"]
+    head = (f"ClusterId: {data['cluster_id']}  Controller: {data['controller_id']}  "
+            f"Voters: {','.join(str(v) for v in data['voters']) or '-'}  "
+            f"MetadataOffset: {offset if offset >= 0 else '-'}"
+            + (f" (broker {data['answered_by']})" if data["answered_by"] >= 0 else ""))
     rows = [
-        [b["id"], f"{b['host']}:{b['port']}", b["rack"],
-         "yes" if b["id"] == data["controller_id"] else ""]
+        [b["id"], f"{b['host']}:{b['port']}", b["rack"], b["state"],
+         "yes" if b["voter"] else "", "yes" if b["controller"] else ""]
         for b in data["brokers"]
     ]
-    return head + "\n" + format_table(("BROKER", "ADDRESS", "RACK", "CONTROLLER"), rows)
+    parts = data["partitions"]
+    foot = (f"Topics: {data['topics']}  Partitions: {parts['total']}  "
+            f"UnderReplicated: {parts['under_replicated']}  Offline: {parts['offline']}")
+    return "\n".join([head, format_table(
+        ("BROKER", "ADDRESS", "RACK", "STATE", "VOTER", "CONTROLLER"), rows), foot])
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
     with open_admin(args) as admin:
         desc = admin.describe_cluster()
-    data = cluster_to_dict(desc)
+        topics = admin.describe_topics(None, include_internal=True)
+    data = cluster_to_dict(desc, topics)
     print(render(data, args.output, cluster_table(data)))
     return 0

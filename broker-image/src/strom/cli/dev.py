@@ -11,6 +11,7 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from strom.cli import localcluster as lc
 from strom.cli.errors import CliError
@@ -41,13 +42,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "it is ready and print its bootstrap address. Ports 9092.. and 9404.. when free.",
     )
     up.add_argument("--brokers", type=int, default=1, metavar="N",
-                    help="number of brokers (default: 1; more need the controller quorum)")
+                    help=f"number of brokers, 1..{lc.MAX_BROKERS} (default: 1). With more than "
+                    "one, the first three also run the controller quorum, topics default to "
+                    "replication factor min(N, 3) and min.insync.replicas one less")
     _data_dir_flag(up)
     up.add_argument("--set", action="append", metavar="KEY=VALUE", dest="overrides",
                     help="broker config for every broker, e.g. --set num.partitions=3")
     _base_port_flag(up)
-    up.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                    help="how long to wait for readiness (default: 30)")
+    up.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="how long to wait for readiness and registration (default: 60)")
     add_output_flag(up, choices=("text", "json"), default="text")
     up.set_defaults(func=cmd_up)
 
@@ -99,6 +102,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(state.to_json(), end="")
         return 0
     print(f"Strom dev cluster running: {len(state.brokers)} broker(s), data in {state.data_dir}")
+    if state.voters:
+        print(f"Controller voters: {', '.join(str(v) for v in state.voters)} (combined mode); "
+              f"default replication factor {state.cluster_config['default.replication.factor']}, "
+              f"min.insync.replicas {state.cluster_config['min.insync.replicas']}")
     print(f"Bootstrap: {state.bootstrap}")
     print(f"  export {BOOTSTRAP_ENV}={state.bootstrap}")
     print(f"Stop it with: strom dev down --data-dir {data_dir}")
@@ -129,18 +136,40 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise CliError(f"no dev cluster recorded in {data_dir}; start one with strom dev up "
                        f"--data-dir {data_dir}")
     statuses = lc.cluster_status(state)
+    view = _cluster_view(state) if any(s.alive for s in statuses) else None
+    fenced = set(view.fenced_broker_ids) if view is not None else set()
+    registered = {b.broker_id for b in view.brokers} if view is not None else set()
+    brokers = []
+    for s in statuses:
+        row = s.as_dict()
+        row["registered"] = None if view is None else s.broker_id in registered
+        row["fenced"] = None if view is None else s.broker_id in fenced
+        brokers.append(row)
     data = {
         "data_dir": state.data_dir,
         "bootstrap": state.bootstrap,
-        "brokers": [s.as_dict() for s in statuses],
+        "controller_id": None if view is None else view.controller_id,
+        "voters": state.voters,
+        "brokers": brokers,
     }
+    controller = "-" if view is None else str(view.controller_id)
     table = (
-        f"Data dir: {state.data_dir}  Bootstrap: {state.bootstrap}\n"
+        f"Data dir: {state.data_dir}  Bootstrap: {state.bootstrap}  Controller: {controller}\n"
         + format_table(
-            ("BROKER", "PID", "ADDRESS", "METRICS", "ALIVE", "READY", "LOG"),
-            [[s.broker_id, s.pid, s.address, s.metrics_port, s.alive, s.ready, s.log_file]
-             for s in statuses],
+            ("BROKER", "PID", "ADDRESS", "METRICS", "ALIVE", "READY", "VOTER", "FENCED", "LOG"),
+            [[b["broker_id"], b["pid"], b["address"], b["metrics_port"], b["alive"], b["ready"],
+              b["voter"], b["fenced"], b["log_file"]] for b in brokers],
         )
     )
     print(render(data, args.output, table))
-    return 0 if all(s.ready for s in statuses) else 1
+    healthy = all(s.ready for s in statuses) and not fenced
+    return 0 if healthy else 1
+
+
+def _cluster_view(state: lc.ClusterState) -> Any:
+    """DescribeCluster if a broker answers within a second or two, else None (status still
+    shows the processes: it must work when the cluster is half down)."""
+    try:
+        return lc.describe_cluster(state, timeout_ms=1500)
+    except Exception:  # any failure: the process table alone is still useful
+        return None

@@ -11,8 +11,12 @@ Only loopback is bound. A broker counts as ready when its metrics server answers
 after a timeout; a PID is only signalled if ``/proc`` shows it still runs ``strom.broker``, so a
 recycled PID is never hit.
 
-Multi-broker clusters need the controller quorum (a later issue): everything here is written for
-N brokers, and ``MAX_BROKERS`` is the one gate.
+With N > 1 brokers the cluster runs in combined mode: the first ``min(N, 3)`` brokers are also
+controller voters (``controller.quorum.voters`` names their broker ports, so all ports are chosen
+before any broker starts), ``default.replication.factor=min(N, 3)`` and ``min.insync.replicas``
+one less (at least 1), so a topic survives one broker down and keeps accepting ``acks=all``
+writes. Start-up then also waits until every broker is registered with the controller and
+unfenced. One broker stays what it always was: its own controller, no voters configured.
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ DEFAULT_DATA_DIR = ".strom-dev"
 HOST = "127.0.0.1"
 FIRST_PORT = 9092
 FIRST_METRICS_PORT = 9404
-#: Raise when the controller quorum lands; nothing else here assumes one broker.
-MAX_BROKERS = 1
+#: A laptop's worth: each broker is a Python process with its own gRPC server.
+MAX_BROKERS = 9
+#: Voters of the controller quorum in a local cluster (3 tolerate one failure).
+MAX_VOTERS = 3
 STATE_VERSION = 1
 
 Progress = Callable[[str], None]
@@ -99,6 +105,9 @@ class ClusterState:
     created_ms: int = 0
     overrides: dict[str, str] = field(default_factory=dict)
     version: int = STATE_VERSION
+    #: Cluster-wide broker keys chosen at planning time (quorum voters, replication defaults).
+    cluster_config: dict[str, str] = field(default_factory=dict)
+    voters: list[int] = field(default_factory=list)
 
     @property
     def bootstrap(self) -> str:
@@ -116,6 +125,8 @@ class ClusterState:
         return cls(
             data_dir=raw["data_dir"], brokers=brokers, created_ms=raw.get("created_ms", 0),
             overrides=dict(raw.get("overrides", {})),
+            cluster_config=dict(raw.get("cluster_config", {})),
+            voters=[int(v) for v in raw.get("voters", [])],
         )
 
 
@@ -126,10 +137,7 @@ def check_broker_count(n: int) -> None:
     if n < 1:
         raise UsageError(f"--brokers {n} must be at least 1")
     if n > MAX_BROKERS:
-        raise CliError(
-            f"--brokers {n}: multi-broker clusters need the controller quorum, not built yet; "
-            f"use --brokers {MAX_BROKERS}"
-        )
+        raise UsageError(f"--brokers {n}: a local cluster has at most {MAX_BROKERS} brokers")
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -186,13 +194,45 @@ def plan_cluster(
                    dir=str(root / f"broker-{i}"))
         for i in range(n)
     ]
-    return ClusterState(data_dir=str(root), brokers=brokers, created_ms=int(time.time() * 1000))
+    voters = [b.broker_id for b in brokers[:MAX_VOTERS]] if n > 1 else []
+    return ClusterState(data_dir=str(root), brokers=brokers, created_ms=int(time.time() * 1000),
+                        cluster_config=cluster_config(brokers, voters), voters=voters)
 
 
-def broker_command(spec: BrokerSpec, overrides: Mapping[str, str] | None = None) -> list[str]:
-    """The argv that starts one broker (user overrides first, the cluster's own keys win)."""
+def cluster_config(brokers: list[BrokerSpec], voters: list[int]) -> dict[str, str]:
+    """The cluster-wide keys of a combined-mode cluster ({} for one broker: its own controller).
+
+    ``min.insync.replicas`` is one less than the replication factor so that one broker can be
+    down (or restarting) without failing ``acks=all`` producers, as in a typical production
+    setup of RF 3 / min ISR 2.
+    """
+    if len(brokers) < 2:
+        return {}
+    rf = min(len(brokers), MAX_VOTERS)
+    by_id = {b.broker_id: b for b in brokers}
+    return {
+        "controller.quorum.voters": ",".join(
+            f"{v}@{by_id[v].host}:{by_id[v].port}" for v in voters),
+        "default.replication.factor": str(rf),
+        "min.insync.replicas": str(max(1, rf - 1)),
+    }
+
+
+#: Keys the user may not override with --set: the cluster would not form.
+FIXED_CLUSTER_KEYS = ("controller.quorum.voters",)
+
+
+def broker_command(spec: BrokerSpec, overrides: Mapping[str, str] | None = None,
+                   cluster: Mapping[str, str] | None = None) -> list[str]:
+    """The argv that starts one broker.
+
+    Precedence, lowest first: the cluster's defaults (replication factor, min ISR), the user's
+    overrides, then the keys the cluster cannot work without (quorum voters, id, ports, dirs).
+    """
+    cluster = dict(cluster or {})
+    fixed = {k: cluster.pop(k) for k in FIXED_CLUSTER_KEYS if k in cluster}
     argv = [sys.executable, "-m", "strom.broker"]
-    for key, value in {**(overrides or {}), **spec.config()}.items():
+    for key, value in {**cluster, **(overrides or {}), **fixed, **spec.config()}.items():
         argv += ["--set", f"{key}={value}"]
     return argv
 
@@ -299,7 +339,8 @@ def last_log_line(path: Path, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def spawn_broker(spec: BrokerSpec, overrides: Mapping[str, str] | None = None) -> int:
+def spawn_broker(spec: BrokerSpec, overrides: Mapping[str, str] | None = None,
+                 cluster: Mapping[str, str] | None = None) -> int:
     """Start one detached broker process; return its PID (also written to its pid file)."""
     spec.data_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -309,7 +350,7 @@ def spawn_broker(spec: BrokerSpec, overrides: Mapping[str, str] | None = None) -
         log.write(f"--- strom dev: starting broker {spec.broker_id} at {stamp} ---\n".encode())
         log.flush()
         proc = subprocess.Popen(
-            broker_command(spec, overrides),
+            broker_command(spec, overrides, cluster),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             cwd=spec.dir, env=env, start_new_session=True, close_fds=True,
         )
@@ -377,16 +418,74 @@ def start_cluster(
     try:
         for spec in state.brokers:
             Path(spec.dir).mkdir(parents=True, exist_ok=True)
-            pid = spawn_broker(spec, state.overrides)
+            pid = spawn_broker(spec, state.overrides, state.cluster_config)
             progress(f"started broker {spec.broker_id} (pid {pid}) on {spec.address}, "
                      f"metrics on :{spec.metrics_port}, log {spec.log_file}")
         save_state(state)
-        return wait_ready(state, timeout, progress)
+        start = time.monotonic()
+        wait_ready(state, timeout, progress)
+        if len(state.brokers) > 1:
+            wait_registered(state, max(1.0, timeout - (time.monotonic() - start)), progress)
+        return time.monotonic() - start
     except BaseException:
         stop_cluster(state, timeout=5.0)
         with contextlib.suppress(FileNotFoundError):
             state_path(Path(state.data_dir)).unlink()
         raise
+
+
+def describe_cluster(state: ClusterState, timeout_ms: int = 2000) -> Any:
+    """DescribeCluster from any broker of ``state`` (one short call; raises when none answers)."""
+    from strom.client import Admin
+
+    with Admin(state.bootstrap, request_timeout_ms=timeout_ms, retry_backoff_ms=50) as admin:
+        return admin.describe_cluster()
+
+
+def registered_unfenced(desc: Any) -> set[int]:
+    fenced = set(getattr(desc, "fenced_broker_ids", ()))
+    return {b.broker_id for b in desc.brokers} - fenced
+
+
+def wait_registered(state: ClusterState, timeout: float, progress: Progress = _quiet,
+                    poll: float = 0.2) -> float:
+    """Block until DescribeCluster lists every broker of ``state`` registered and unfenced.
+
+    A broker is ready (serving) before the controller quorum has elected a leader and accepted
+    its registration; clients routed to it before then would see a partial cluster.
+    """
+    start = time.monotonic()
+    wanted = {b.broker_id for b in state.brokers}
+    seen: set[int] = set()
+    last_error = ""
+    last_note = start
+    while True:
+        try:
+            seen = registered_unfenced(describe_cluster(state))
+            last_error = ""
+        except Exception as err:  # not answering yet counts as none registered
+            last_error = f" (last error: {' '.join(str(err).split())[:160]})"
+        for spec in state.brokers:
+            _reap(spec.pid)
+            if not pid_alive(spec.pid):
+                line = last_log_line(spec.log_file)
+                raise CliError(f"broker {spec.broker_id} exited while joining the cluster"
+                               + (f": {line}" if line else "") + f" (full log: {spec.log_file})")
+        if wanted <= seen:
+            progress(f"all {len(wanted)} brokers registered with the controller "
+                     f"({time.monotonic() - start:.1f} s)")
+            return time.monotonic() - start
+        now = time.monotonic()
+        if now - start > timeout:
+            missing = ",".join(str(b) for b in sorted(wanted - seen))
+            raise CliError(f"broker(s) {missing} not registered with the controller after "
+                           f"{timeout:.0f} s{last_error}; see the broker logs under "
+                           f"{state.data_dir} (raise the limit with --timeout)")
+        if now - last_note >= 1:
+            progress(f"{len(seen & wanted)} of {len(wanted)} brokers registered... "
+                     f"{now - start:.0f} s")
+            last_note = now
+        time.sleep(poll)
 
 
 @dataclass
@@ -446,6 +545,7 @@ class BrokerStatus:
     alive: bool
     ready: bool
     log_file: str
+    voter: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -459,6 +559,7 @@ def cluster_status(state: ClusterState) -> list[BrokerStatus]:
             broker_id=spec.broker_id, pid=spec.pid, address=spec.address,
             metrics_port=spec.metrics_port, alive=alive,
             ready=alive and probe_ready(spec), log_file=str(spec.log_file),
+            voter=spec.broker_id in state.voters or not state.voters,
         ))
     return out
 

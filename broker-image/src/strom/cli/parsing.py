@@ -137,3 +137,52 @@ def parse_acks(value: str) -> int | str:
     if text in ("0", "1"):
         return int(text)
     raise UsageError(f"--acks {value!r} is not valid; give 0, 1 or all")
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1, "byte": 1, "bytes": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3,
+}
+
+
+def parse_size(value: str, flag: str) -> int:
+    """``10MB`` (10,000,000), ``512KiB`` (524,288), ``1.5GiB`` or plain bytes -> bytes (> 0).
+
+    Units are case-insensitive; KB/MB/GB are decimal and KiB/MiB/GiB binary, as in ``df -H`` /
+    ``df -h``, so a value means the same thing here as in the tool the operator read it from.
+    """
+    text = value.strip().replace(" ", "").replace("_", "")
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    unit = text[len(number):].lower()
+    factor = _SIZE_UNITS.get(unit)
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = -1.0
+    if factor is None or amount <= 0 or amount != amount or amount == float("inf"):
+        raise UsageError(f"{flag} {value!r} is not a size; give e.g. 10MB, 512KiB or a number "
+                         "of bytes (> 0)")
+    size = int(amount * factor)
+    if size < 1:
+        raise UsageError(f"{flag} {value!r} is less than one byte")
+    return size
+
+
+def parse_int_list(value: str, flag: str) -> list[int]:
+    """``2,3,4`` -> [2, 3, 4] (broker ids: each >= 0, no repeats)."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(v.isdigit() for v in items):
+        raise UsageError(f"{flag} {value!r} is not a comma-separated list of ids, e.g. 2,3,4")
+    ids = [int(v) for v in items]
+    if len(set(ids)) != len(ids):
+        raise UsageError(f"{flag} {value!r} names an id twice")
+    return ids
+
+
+def parse_name_list(value: str, flag: str) -> list[str]:
+    """``a,b`` -> ["a", "b"] (topic names, in order, without repeats)."""
+    names = list(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    if not names:
+        raise UsageError(f"{flag} is empty; give comma-separated names, e.g. {flag} a,b")
+    return names

@@ -65,7 +65,7 @@ def test_bad_shapes_are_refused(tmp_path: Path, brokers: object, voters: object)
 
 def test_wait_until_returns_the_value_and_tolerates_errors(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, 1)
-    calls = iter([ConnectionError("down"), None, 0, "ok"])
+    calls = iter([ConnectionError("down"), None, "", "ok"])
 
     def probe() -> str | None:
         item = next(calls)
@@ -74,6 +74,9 @@ def test_wait_until_returns_the_value_and_tolerates_errors(tmp_path: Path) -> No
         return item  # type: ignore[return-value]
 
     assert cluster.wait_until(probe, timeout=5, interval=0.01) == "ok"
+    # broker 0 is an answer, not "not yet"; empty lists and False are "not yet"
+    answers = iter([[], False, None, 0])
+    assert cluster.wait_until(lambda: next(answers), timeout=5, interval=0.01) == 0
 
 
 def test_wait_until_fails_clearly_and_in_bounded_time(tmp_path: Path) -> None:

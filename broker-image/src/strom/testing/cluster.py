@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -269,10 +269,12 @@ class Cluster:
 
     def wait_until(self, predicate: Callable[[], T | None], timeout: float = 30.0, *,
                    what: str = "the condition", interval: float = 0.1) -> T:
-        """Poll ``predicate`` until it returns something truthy; return that value.
+        """Poll ``predicate`` until it returns a result; return that result.
 
-        Exceptions from the predicate count as "not yet" (a broker may be restarting); the last
-        one is in the failure message, with the brokers that are down.
+        ``None``, ``False`` and empty containers or strings mean "not yet"; anything else is the
+        result, numbers included (broker 0 is a valid answer to "which broker leads?").
+        Exceptions from the predicate also count as "not yet" (a broker may be restarting); the
+        last one is in the failure message, with the brokers that are down.
         """
         deadline = time.monotonic() + timeout
         last: object = None
@@ -281,7 +283,7 @@ class Cluster:
             attempts += 1
             try:
                 value = predicate()
-                if value:
+                if value is not None and not _not_yet(value):
                     return value
                 last = value
             except Exception as err:  # any failure means "not yet"
@@ -327,6 +329,12 @@ class Cluster:
 
         return self.wait_until(check, timeout, interval=0.2,
                                what="every broker to register with the controller, unfenced")
+
+
+def _not_yet(value: object) -> bool:
+    if value is None or value is False:
+        return True
+    return isinstance(value, Sized) and len(value) == 0
 
 
 @contextlib.contextmanager

@@ -61,8 +61,18 @@ async def _produce_one(core: BrokerCore, data: broker_pb2.PartitionProduceData, 
                        timeout_ms: int, out: broker_pb2.PartitionProduceResponse) -> None:
     metrics = core.metrics
     try:
-        if await _maybe_await(core.metadata.topic(data.topic)) is None:
-            await _maybe_await(core.topics.auto_create(data.topic))
+        record = await _maybe_await(core.metadata.topic(data.topic))
+        if record is None:
+            record = await _maybe_await(core.topics.auto_create(data.topic))
+        if record is None:
+            raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"topic {data.topic!r} does not exist; create it first (or enable "
+                             f"auto.create.topics.enable)")
+        if not 0 <= data.partition < record.partitions:
+            raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"partition {data.partition} of topic {data.topic!r} does not exist; "
+                             f"the topic has {record.partitions} partitions "
+                             f"(0..{record.partitions - 1})")
         config = core.topics.log_config(data.topic)
         result = await core.replicas.append(data.topic, data.partition, data.records, acks,
                                             config, timeout_ms)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from strom.broker import admin, metadata_rpc, offsets, produce
 from strom.broker.core import BrokerCore
@@ -61,8 +61,9 @@ async def test_create_existing_and_colliding_topics(core: BrokerCore) -> None:
     assert "collides" in collide.error_message
 
 
-async def test_defaults_and_validate_only(make_core: Callable[..., BrokerCore]) -> None:
-    core = make_core(num_partitions="4")
+async def test_defaults_and_validate_only(
+        make_core: Callable[..., Awaitable[BrokerCore]]) -> None:
+    core = await make_core(num_partitions="4")
     (result,) = await _create(core, _new("v", -1, -1), validate_only=True)
     assert result.error_code == 0
     assert core.metadata.topic("v") is None
@@ -120,8 +121,9 @@ async def test_create_partitions_grows_only(core: BrokerCore) -> None:
     assert missing.result.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-async def test_describe_configs_topic_and_broker(make_core: Callable[..., BrokerCore]) -> None:
-    core = make_core(log_retention_ms="5000")
+async def test_describe_configs_topic_and_broker(
+        make_core: Callable[..., Awaitable[BrokerCore]]) -> None:
+    core = await make_core(log_retention_ms="5000")
     await _create(core, _new("c", 1, 1, cleanup_policy="compact"))
     response = await admin.describe_configs(core, admin_pb2.DescribeConfigsRequest(resources=[
         admin_pb2.ConfigResource(type=admin_pb2.TOPIC, name="c"),
@@ -181,7 +183,9 @@ async def test_describe_cluster_and_metadata(core: BrokerCore) -> None:
     await _create(core, _new("m", 2), _new("__internal"))
     cluster = await admin.describe_cluster(core, admin_pb2.DescribeClusterRequest())
     assert cluster.cluster_id == core.metadata.cluster_id and cluster.controller_id == 0
-    assert [(b.broker_id, b.host, b.port) for b in cluster.brokers] == [(0, "127.0.0.1", 9092)]
+    assert [(b.broker_id, b.host, b.port) for b in cluster.brokers] == [
+        (0, "127.0.0.1", core.link.port)]
+    assert list(cluster.voters) == [0] and not cluster.fenced_broker_ids
     everything = await metadata_rpc.handle(core, broker_pb2.MetadataRequest())
     assert [t.name for t in everything.topics] == ["m"]
     internal = await metadata_rpc.handle(core, broker_pb2.MetadataRequest(include_internal=True))

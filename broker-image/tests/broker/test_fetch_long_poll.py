@@ -35,8 +35,8 @@ async def _produce(core: BrokerCore, values: list[bytes], topic: str = "t",
 
 
 @pytest.fixture
-def topic_core(core: BrokerCore) -> BrokerCore:
-    core.topics.create_topic("t", 2)
+async def topic_core(core: BrokerCore) -> BrokerCore:
+    await core.topics.create_topic("t", 2)
     return core
 
 
@@ -220,7 +220,7 @@ async def test_shutdown_wakes_waiting_fetches(topic_core: BrokerCore) -> None:
 async def test_deleting_the_topic_wakes_waiting_fetches(topic_core: BrokerCore) -> None:
     task = asyncio.create_task(fetch.handle(topic_core, _fetch(0, max_wait_ms=30_000)))
     await asyncio.sleep(0.05)
-    topic_core.topics.delete("t")
+    await topic_core.topics.delete("t")
     response = await asyncio.wait_for(task, 2.0)
     assert response.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 

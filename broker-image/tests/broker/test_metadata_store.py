@@ -1,66 +1,67 @@
-"""The single-broker metadata store persists atomically and survives restarts."""
+"""The handlers' read view over the metadata image: brokers, topics, partition states."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import pytest
-
-from strom.broker.metadata import METADATA_FILE, BrokerInfo, LocalMetadataStore
-from strom.protocol.errors import ErrorCode, StromError
-
-ME = BrokerInfo(0, "127.0.0.1", 9092)
-
-
-def test_topics_persist_across_reopen(tmp_path: Path) -> None:
-    store = LocalMetadataStore(tmp_path, ME)
-    assert not store.existed
-    record = store.create_topic("t", 3, 1, {"retention.ms": "5"})
-    store.set_partitions("t", 4)
-    store.set_configs("t", {"cleanup.policy": "compact"})
-    store.create_topic("gone", 1, 1, {})
-    store.delete_topic("gone")
-    again = LocalMetadataStore(tmp_path, ME)
-    assert again.existed
-    assert again.cluster_id == store.cluster_id
-    loaded = again.topic("t")
-    assert loaded is not None
-    assert (loaded.topic_id, loaded.partitions, dict(loaded.configs)) == (
-        record.topic_id, 4, {"cleanup.policy": "compact"})
-    assert again.topic("gone") is None
-    assert not (tmp_path / (METADATA_FILE + ".tmp")).exists()
-    assert json.loads((tmp_path / METADATA_FILE).read_text())["version"] == 1
+from strom.broker.metadata import ClusterMetadata
+from strom.controller.metadata import (
+    ChangePartition,
+    CreateTopic,
+    Endpoint,
+    FenceBroker,
+    MetadataImage,
+    RegisterBroker,
+    SetClusterId,
+    UnfenceBroker,
+)
 
 
-def test_single_broker_leads_everything_at_epoch_0(tmp_path: Path) -> None:
-    store = LocalMetadataStore(tmp_path, ME)
-    store.create_topic("t", 2, 1, {})
-    state = store.partition_state("t", 1)
-    assert state is not None
-    assert (state.leader, state.leader_epoch, state.replicas, state.isr) == (0, 0, (0,), (0,))
-    assert store.partition_state("t", 2) is None
-    assert store.partition_state("u", 0) is None
+class Source:
+    def __init__(self) -> None:
+        self.image = MetadataImage()
+        self.controller_id = 0
+        self.n = 0
+
+    def apply(self, *commands: object) -> None:
+        for c in commands:
+            self.n += 1
+            self.image.apply(self.n, c)  # type: ignore[arg-type]
 
 
-def test_errors(tmp_path: Path) -> None:
-    store = LocalMetadataStore(tmp_path, ME)
-    store.create_topic("t", 1, 1, {})
-    with pytest.raises(StromError) as info:
-        store.create_topic("t", 1, 1, {})
-    assert info.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
-    with pytest.raises(StromError) as info:
-        store.delete_topic("u")
-    assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+def _cluster() -> Source:
+    s = Source()
+    s.apply(SetClusterId("c1"))
+    for b in range(3):
+        s.apply(RegisterBroker(b, f"i{b}", (Endpoint("grpc", "127.0.0.1", 9000 + b),), f"r{b}"),
+                UnfenceBroker(b, f"i{b}"))
+    s.apply(CreateTopic("t", "id-t", ((0, 1, 2), (1, 2, 0)), (("retention.ms", "5"),)))
+    return s
 
 
-def test_cluster_id_mismatch_is_refused(tmp_path: Path) -> None:
-    LocalMetadataStore(tmp_path, ME, cluster_id="one")
-    with pytest.raises(StromError, match="another cluster"):
-        LocalMetadataStore(tmp_path, ME, cluster_id="two")
+def test_brokers_topics_and_states() -> None:
+    s = _cluster()
+    view = ClusterMetadata(s)
+    assert view.cluster_id == "c1" and view.offset == s.n
+    assert [b.broker_id for b in view.live_brokers()] == [0, 1, 2]
+    assert view.broker_address(2) == "127.0.0.1:9002" and view.broker_address(7) is None
+    record = view.topic("t")
+    assert record is not None
+    assert (record.partitions, record.replication_factor, dict(record.configs)) == (
+        2, 3, {"retention.ms": "5"})
+    state = view.partition_state("t", 1)
+    assert state is not None and (state.leader, state.replicas, state.isr) == (1, (1, 2, 0),
+                                                                               (1, 2, 0))
+    assert view.partition_state("t", 2) is None and view.topic("nope") is None
 
 
-def test_corrupt_file_names_the_fix(tmp_path: Path) -> None:
-    (tmp_path / METADATA_FILE).write_text("{not json")
-    with pytest.raises(StromError, match="move it away"):
-        LocalMetadataStore(tmp_path, ME)
+def test_the_view_follows_the_image() -> None:
+    s = _cluster()
+    view = ClusterMetadata(s)
+    s.apply(FenceBroker(1), ChangePartition("t", 1, leader=2, isr=(2, 0)))
+    assert [b.broker_id for b in view.live_brokers()] == [0, 2]
+    assert [b.broker_id for b in view.brokers() if b.fenced] == [1]
+    state = view.partition_state("t", 1)
+    assert state is not None and (state.leader, state.leader_epoch, state.isr) == (2, 1, (2, 0))
+    s.apply(RegisterBroker(3, "i3", (Endpoint("grpc", "127.0.0.1", 9003),)),
+            ChangePartition("t", 0, replicas=(0, 1, 2, 3), adding_replicas=(3,)))
+    record = view.topic("t")
+    assert record is not None and record.replication_factor == 3  # adding replicas not counted

@@ -32,7 +32,7 @@ EXPECTED = [
 
 
 async def _traffic(core: BrokerCore) -> bytes:
-    core.topics.create_topic("t", 2)
+    await core.topics.create_topic("t", 2)
     await produce.handle(core, broker_pb2.ProduceRequest(acks=1, partitions=[
         broker_pb2.PartitionProduceData(topic="t", partition=0,
                                         records=encode_batch([(None, b"v")]))]))
@@ -64,7 +64,7 @@ async def test_promtool_accepts_the_scrape(core: BrokerCore) -> None:
 
 async def test_deleted_topics_disappear(core: BrokerCore) -> None:
     await _traffic(core)
-    core.topics.delete("t")
+    await core.topics.delete("t")
     core.metrics.forget_topic("t")
     text = generate_latest(core.metrics.registry).decode()
     assert 'topic="t"' not in text

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -26,7 +26,7 @@ def _corrupt(batch: bytes) -> bytes:
 
 
 async def test_appends_and_assigns_offsets(core: BrokerCore) -> None:
-    core.topics.create_topic("t")
+    await core.topics.create_topic("t")
     first = await produce.handle(core, _request(encode_batch([(None, b"a"), (None, b"b")])))
     second = await produce.handle(core, _request(encode_batch([(None, b"c")])))
     assert first.partitions[0].error_code == 0
@@ -58,7 +58,7 @@ async def test_bad_partitions_change_nothing(
     core: BrokerCore, records: bytes, topic: str, partition: int, code: ErrorCode,
     fragment: str,
 ) -> None:
-    core.topics.create_topic("t", configs={"max.message.bytes": "1000"})
+    await core.topics.create_topic("t", configs={"max.message.bytes": "1000"})
     await produce.handle(core, _request(encode_batch([(None, b"ok")])))
     response = await produce.handle(core, _request(records, topic, partition))
     out = response.partitions[0]
@@ -70,7 +70,7 @@ async def test_bad_partitions_change_nothing(
 
 
 async def test_one_bad_partition_does_not_fail_the_others(core: BrokerCore) -> None:
-    core.topics.create_topic("t", partitions=2)
+    await core.topics.create_topic("t", partitions=2)
     request = broker_pb2.ProduceRequest(acks=1, partitions=[
         broker_pb2.PartitionProduceData(topic="t", partition=0, records=b"junk" * 30),
         broker_pb2.PartitionProduceData(topic="t", partition=1,
@@ -97,25 +97,26 @@ async def test_empty_topic_name_fails_the_request(core: BrokerCore) -> None:
 
 @pytest.mark.parametrize("acks", [-1, 0])
 async def test_acks_all_and_zero_append(core: BrokerCore, acks: int) -> None:
-    core.topics.create_topic("t")
+    await core.topics.create_topic("t")
     response = await produce.handle(core, _request(encode_batch([(None, b"v")]), acks=acks))
     assert response.partitions[0].error_code == 0
 
 
 async def test_acks_all_checks_min_insync_replicas(core: BrokerCore) -> None:
-    core.topics.create_topic("t", configs={"min.insync.replicas": "2"})
+    await core.topics.create_topic("t", configs={"min.insync.replicas": "2"})
     response = await produce.handle(core, _request(encode_batch([(None, b"v")]), acks=-1))
     assert response.partitions[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
     ok = await produce.handle(core, _request(encode_batch([(None, b"v")]), acks=1))
     assert ok.partitions[0].error_code == 0
 
 
-async def test_auto_create_only_when_enabled(make_core: Callable[..., BrokerCore]) -> None:
-    off = make_core()
+async def test_auto_create_only_when_enabled(
+        make_core: Callable[..., Awaitable[BrokerCore]]) -> None:
+    off = await make_core()
     response = await produce.handle(off, _request(encode_batch([(None, b"v")]), topic="auto"))
     assert response.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    off.close()
-    on = make_core(auto_create_topics_enable="true", num_partitions="3")
+    await off.stop()
+    on = await make_core(auto_create_topics_enable="true", num_partitions="3")
     response = await produce.handle(on, _request(encode_batch([(None, b"v")]), topic="auto"))
     assert response.partitions[0].error_code == 0
     record = on.metadata.topic("auto")
@@ -123,13 +124,13 @@ async def test_auto_create_only_when_enabled(make_core: Callable[..., BrokerCore
 
 
 async def test_log_append_time_topics_report_the_time(core: BrokerCore) -> None:
-    core.topics.create_topic("t", configs={"message.timestamp.type": "LogAppendTime"})
+    await core.topics.create_topic("t", configs={"message.timestamp.type": "LogAppendTime"})
     response = await produce.handle(core, _request(encode_batch([(None, b"v")])))
     assert response.partitions[0].log_append_time_ms > 0
 
 
 async def test_metrics_count_bytes_and_messages(core: BrokerCore) -> None:
-    core.topics.create_topic("t")
+    await core.topics.create_topic("t")
     batch = encode_batch([(None, b"a"), (None, b"b")])
     await produce.handle(core, _request(batch))
     registry = core.metrics.registry

@@ -1,39 +1,59 @@
-"""At start the logs on disk are made to match the metadata (crash between the two writes)."""
+"""At start the logs on disk are made to match the metadata log (crashes between the two)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+from collections.abc import Awaitable, Callable
 
+from strom.broker.cluster import RAFT_DIR
 from strom.broker.core import BrokerCore
-from strom.broker.metadata import METADATA_FILE
+from strom.broker.publisher import read_topic_id
 from strom.storage.config import LogConfig
 
+MakeCore = Callable[..., Awaitable[BrokerCore]]
 
-def test_stray_logs_are_deleted_and_missing_logs_created(
-        make_core: Callable[..., BrokerCore]) -> None:
-    core = make_core()
-    core.topics.create_topic("kept", 2, configs={"retention.ms": "777"})
+
+async def test_stray_logs_are_set_aside_and_missing_logs_created(make_core: MakeCore) -> None:
+    core = await make_core()
+    await core.topics.create_topic("kept", 2, configs={"retention.ms": "777"})
     core.logs.create("deleted-topic", 0, LogConfig())  # as if a delete crashed half-way
     kept1 = core.replicas.get("kept", 1)
     assert kept1 is not None
     core.logs.delete_partition("kept", 1)  # as if a create crashed half-way
-    core.close()
+    data = core.config.log_dirs[0]
+    await core.stop()
 
-    again = make_core()
+    again = await make_core()
     assert again.logs.get("deleted-topic", 0) is None
+    assert [p.name for p in data.iterdir() if p.name.endswith("-stray")] == [
+        "deleted-topic-0.unknown-stray"]
     plog = again.replicas.get("kept", 1)
     assert plog is not None and plog.config.retention_ms == 777
     assert again.replicas.get("kept", 0) is not None
+    topic_id = again.metadata.topic("kept")
+    assert topic_id is not None and read_topic_id(plog.directory) == topic_id.topic_id
 
 
-def test_logs_without_metadata_are_adopted(make_core: Callable[..., BrokerCore]) -> None:
-    core = make_core()
-    core.topics.create_topic("orphan", 3)
-    path = core.config.log_dirs[0] / METADATA_FILE
-    core.close()
-    path.unlink()
+async def test_a_recreated_topic_never_reuses_the_old_log(make_core: MakeCore) -> None:
+    core = await make_core()
+    await core.topics.create_topic("t", 1)
+    plog = core.replicas.get("t", 0)
+    assert plog is not None
+    old_id = read_topic_id(plog.directory)
+    await core.topics.delete("t")
+    await core.topics.create_topic("t", 1)
+    plog = core.replicas.get("t", 0)
+    assert plog is not None and read_topic_id(plog.directory) not in (None, old_id)
 
-    again = make_core()
+
+async def test_logs_without_metadata_are_adopted(make_core: MakeCore) -> None:
+    core = await make_core()
+    await core.topics.create_topic("orphan", 3)
+    raft = core.config.log_dirs[0] / RAFT_DIR
+    await core.stop()
+    shutil.rmtree(raft)
+
+    again = await make_core()
     record = again.metadata.topic("orphan")
     assert record is not None and record.partitions == 3
     assert again.replicas.get("orphan", 2) is not None

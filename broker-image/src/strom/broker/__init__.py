@@ -3,7 +3,8 @@
 Public front: :class:`~strom.broker.config.BrokerConfig` / :func:`~strom.broker.config.load_config`
 (with :class:`~strom.broker.config.ConfigError`), :func:`~strom.broker.server.serve` and
 :func:`~strom.broker.server.run`. Everything else is an internal part: ``core`` wires the state
-owners (``metadata`` store, ``replicas`` on the request path, ``topics`` lifecycle, ``metrics``),
+owners (``cluster`` link to the controller quorum, ``metadata`` view of the image, ``publisher``
+of image changes, ``topics`` lifecycle, ``metrics``; replicas live in ``strom.replication``),
 ``service`` routes RPCs to ``produce``, ``fetch``, ``offsets``, ``metadata_rpc`` and ``admin``, and
 ``health`` serves /metrics, /healthz and /readyz.
 """

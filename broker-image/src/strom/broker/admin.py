@@ -15,7 +15,9 @@ done by :class:`~strom.broker.topics.TopicManager`, these handlers only translat
 - AlterConfigs: incremental set/delete of topic configs, validated whole before anything
   changes, applied live to the logs and persisted; ``validate_only``. Broker configs are static
   (INVALID_REQUEST: change the config file and restart).
-- DescribeCluster: cluster id, controller, brokers.
+- DescribeCluster: cluster id, controller, live brokers, fenced brokers, voters, metadata offset.
+- AlterPartitionReassignments / ListPartitionReassignments (progress from the leader) /
+  ElectLeaders (preferred or unclean): see the functions.
 
 Not supported: timeouts (everything completes before the response), caller-chosen replica
 assignments, dynamic broker configs, ACLs.
@@ -28,6 +30,9 @@ import collections
 from strom.broker.config import KEYS, TOPIC_DEFAULT_KEYS
 from strom.broker.core import BrokerCore
 from strom.broker.metadata_rpc import broker_endpoints
+from strom.broker.publisher import THROTTLE_KEY, throttle_of
+from strom.controller import decisions
+from strom.controller.metadata import AlterConfigs, ChangePartition
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import admin_pb2
 from strom.storage.config import TOPIC_CONFIG_DEFS, topic_config_entries
@@ -57,7 +62,7 @@ async def create_topics(core: BrokerCore, request: admin_pb2.CreateTopicsRequest
             plan = core.topics.plan_topic(new.name, new.num_partitions,
                                           new.replication_factor, dict(new.configs))
             if not request.validate_only:
-                core.topics.create(plan)
+                await core.topics.create(plan)
         except StromError as err:
             _fill(result, err)
     return response
@@ -69,7 +74,7 @@ async def delete_topics(core: BrokerCore, request: admin_pb2.DeleteTopicsRequest
     for name in request.names:
         result = response.results.add(name=name)
         try:
-            core.topics.delete(name)
+            await core.topics.delete(name)
             core.metrics.forget_topic(name)
         except StromError as err:
             _fill(result, err)
@@ -119,7 +124,7 @@ async def create_partitions(core: BrokerCore, request: admin_pb2.CreatePartition
         if request.validate_only:
             core.topics.check_partitions(request.topic, request.new_total_count)
         else:
-            core.topics.grow(request.topic, request.new_total_count)
+            await core.topics.grow(request.topic, request.new_total_count)
     except StromError as err:
         _fill(response.result, err)
     return response
@@ -196,7 +201,7 @@ async def alter_configs(core: BrokerCore, request: admin_pb2.AlterConfigsRequest
             if request.validate_only:
                 core.topics.plan_configs(name, dict(resource.set), list(resource.delete))
             else:
-                core.topics.alter_configs(name, dict(resource.set), list(resource.delete))
+                await core.topics.alter_configs(name, dict(resource.set), list(resource.delete))
         except StromError as err:
             _fill(result, err)
     return response
@@ -204,7 +209,123 @@ async def alter_configs(core: BrokerCore, request: admin_pb2.AlterConfigsRequest
 
 async def describe_cluster(core: BrokerCore, request: admin_pb2.DescribeClusterRequest
                            ) -> admin_pb2.DescribeClusterResponse:
-    response = admin_pb2.DescribeClusterResponse(cluster_id=core.metadata.cluster_id,
-                                                 controller_id=core.metadata.controller_id)
+    metadata = core.metadata
+    response = admin_pb2.DescribeClusterResponse(
+        cluster_id=metadata.cluster_id, controller_id=metadata.controller_id,
+        metadata_offset=metadata.offset, answered_by=core.config.broker_id)
     response.brokers.extend(broker_endpoints(core))
+    response.fenced_broker_ids.extend(b.broker_id for b in metadata.brokers() if b.fenced)
+    response.voters.extend(sorted(core.link.voters))
     return response
+
+
+# -- reassignments and elections ------------------------------------------------------------------
+
+
+async def alter_partition_reassignments(
+        core: BrokerCore, request: admin_pb2.AlterPartitionReassignmentsRequest
+) -> admin_pb2.AlterPartitionReassignmentsResponse:
+    """Start or cancel reassignments (KIP-455); the active controller completes them.
+
+    Each target is validated against this broker's image and proposed as one epoch-checked
+    partition change; the throttle is the cluster-wide ``replication.throttled.rate``.
+    """
+    response = admin_pb2.AlterPartitionReassignmentsResponse()
+    changes: list[tuple[admin_pb2.PartitionResult, ChangePartition]] = []
+    seen: set[tuple[str, int]] = set()
+    for target in request.partitions:
+        result = response.results.add(topic=target.topic, partition=target.partition)
+        try:
+            key = (target.topic, target.partition)
+            if key in seen:
+                raise StromError(ErrorCode.INVALID_REQUEST,
+                                 f"{target.topic}-{target.partition} appears twice; name each "
+                                 f"partition once")
+            seen.add(key)
+            image = core.link.image
+            if target.cancel:
+                change = decisions.reassignment_cancel(image, target.topic, target.partition)
+            else:
+                if not target.replicas:
+                    raise StromError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                     f"{target.topic}-{target.partition}: replicas is empty; give "
+                                     f"the target broker ids, or set cancel")
+                change = decisions.reassignment_start(image, target.topic, target.partition,
+                                                      list(target.replicas))
+            changes.append((result, change))
+        except StromError as err:
+            _fill_partition(result, err)
+    if request.validate_only:
+        return response
+    if request.throttle_bytes_per_sec:
+        rate = request.throttle_bytes_per_sec
+        throttle = (AlterConfigs("broker", "", delete=(THROTTLE_KEY,)) if rate < 0 else
+                    AlterConfigs("broker", "", set=((THROTTLE_KEY, str(rate)),)))
+        await core.link.propose(throttle)
+    for result, change in changes:
+        try:
+            await core.link.propose(change)
+        except StromError as err:
+            _fill_partition(result, err)
+    return response
+
+
+async def list_partition_reassignments(
+        core: BrokerCore, request: admin_pb2.ListPartitionReassignmentsRequest
+) -> admin_pb2.ListPartitionReassignmentsResponse:
+    image = core.link.image
+    wanted = set(request.topics)
+    response = admin_pb2.ListPartitionReassignmentsResponse(
+        throttle_bytes_per_sec=throttle_of(image))
+    me = core.config.broker_id
+    for name in sorted(image.topics):
+        if wanted and name not in wanted:
+            continue
+        for index, p in sorted(image.topics[name].partitions.items()):
+            if not p.adding_replicas and not p.removing_replicas:
+                continue
+            out = response.reassignments.add(
+                topic=name, partition=index, replicas=p.replicas, adding_replicas=p.adding_replicas,
+                removing_replicas=p.removing_replicas, isr=p.isr, leader=p.leader,
+                leader_log_end_offset=-1, answered_by=me)
+            progress = core.replicas.replica_progress(name, index) if p.leader == me else None
+            if progress is not None:
+                out.leader_log_end_offset = progress.get(me, -1)
+                for broker in p.replicas:
+                    out.progress.add(broker_id=broker, log_end_offset=progress.get(broker, -1),
+                                     in_sync=broker in p.isr)
+    return response
+
+
+async def elect_leaders(core: BrokerCore, request: admin_pb2.ElectLeadersRequest
+                        ) -> admin_pb2.ElectLeadersResponse:
+    if request.election_type not in (0, 1):
+        raise StromError(ErrorCode.INVALID_REQUEST,
+                         f"election_type={request.election_type} is invalid; use 0 (preferred) "
+                         f"or 1 (unclean)")
+    image = core.link.image
+    if request.partitions:
+        targets = [(tp.topic, tp.partition) for tp in request.partitions]
+    else:
+        targets = [(n, i) for n in sorted(image.topics) for i in sorted(image.topics[n].partitions)]
+    response = admin_pb2.ElectLeadersResponse()
+    explicit = bool(request.partitions)
+    for topic, partition in targets:
+        try:
+            if request.election_type == 0:
+                change = decisions.preferred_election(image, topic, partition)
+            else:
+                change = decisions.unclean_election(image, topic, partition)
+            await core.link.propose(change)
+        except StromError as err:
+            if explicit or err.code != ErrorCode.ELECTION_NOT_NEEDED:
+                result = response.results.add(topic=topic, partition=partition)
+                _fill_partition(result, err)
+            continue
+        response.results.add(topic=topic, partition=partition)
+    return response
+
+
+def _fill_partition(result: admin_pb2.PartitionResult, err: StromError) -> None:
+    result.error_code = int(err.code)
+    result.error_message = err.message

@@ -1,8 +1,11 @@
 """The objects one broker is made of, wired together; handlers receive this and nothing else.
 
-``BrokerCore`` holds the configuration, the metadata store, the log manager, the replica manager
-(partition logs on the request path), the topic manager (topic lifecycle) and the metrics. It is
-built without touching the network, so in-process tests can drive the RPC handlers directly.
+``BrokerCore`` holds the configuration, the link to the controller quorum (this broker's Raft
+member, registration, heartbeats), the read view of the metadata image, the log manager, the
+replica manager (partition logs on the request path, replication), the metadata publisher that
+turns image changes into replica changes, the topic manager (validation and proposals), producer
+ids and the metrics. ``create`` builds it without touching the network; ``start`` joins the
+cluster (so in-process tests can drive the RPC handlers of a started core directly).
 """
 
 from __future__ import annotations
@@ -11,51 +14,139 @@ import logging
 import time
 from dataclasses import dataclass
 
+from strom.broker.cluster import ClusterLink
 from strom.broker.config import BrokerConfig
-from strom.broker.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
+from strom.broker.metadata import ClusterMetadata
 from strom.broker.metrics import BrokerMetrics
-from strom.broker.replicas import ReplicaManager
+from strom.broker.producer_ids import ProducerIdManager
+from strom.broker.publisher import MetadataPublisher
 from strom.broker.topics import TopicManager
+from strom.controller.metadata import ChangePartition, Command, CreateTopic, MetadataImage
+from strom.replication.manager import ReplicaManager
+from strom.replication.settings import ReplicationSettings
 from strom.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
+
+UNFENCE_TIMEOUT_S = 30.0
 
 
 @dataclass
 class BrokerCore:
     config: BrokerConfig
-    metadata: MetadataStore
+    link: ClusterLink
+    metadata: ClusterMetadata
     logs: LogManager
     replicas: ReplicaManager
+    publisher: MetadataPublisher
     topics: TopicManager
+    producer_ids: ProducerIdManager
     metrics: BrokerMetrics
+    _stopped: bool = False
 
     @classmethod
-    def create(cls, config: BrokerConfig, *, port: int | None = None) -> BrokerCore:
-        """Open the metadata store and the (not yet loaded) log manager."""
-        me = BrokerInfo(config.broker_id, config.advertised_host,
-                        config.port if port is None else port, config.rack)
-        metadata = LocalMetadataStore(config.log_dirs[0], me, config.cluster_id)
+    def create(cls, config: BrokerConfig, *, port: int) -> BrokerCore:
+        """Build every part; nothing is loaded or contacted yet."""
+        holder: list[BrokerCore] = []
+
+        def on_image(image: MetadataImage) -> None:
+            if holder:
+                holder[0].publisher.publish(image)
+
+        link = ClusterLink(config, port, on_image)
+        metadata = ClusterMetadata(link)
         logs = LogManager(list(config.log_dirs), config.topic_defaults)
-        replicas = ReplicaManager(config.broker_id, logs, metadata)
-        topics = TopicManager(config, metadata, logs, replicas)
-        metrics = BrokerMetrics(config.broker_id, metadata.cluster_id, _version())
+
+        async def alter_isr(topic: str, partition: int, isr: tuple[int, ...],
+                            expected_epoch: int) -> None:
+            await link.propose(ChangePartition(topic, partition, isr=isr,
+                                               expected_partition_epoch=expected_epoch))
+
+        replicas = ReplicaManager(_replication_settings(config), logs, alter_isr,
+                                  metadata.broker_address)
+        metrics = BrokerMetrics(config.broker_id, config.cluster_id, _version())
+        publisher = MetadataPublisher(config.broker_id, logs, replicas, config.topic_defaults,
+                                      on_topic_deleted=metrics.forget_topic)
+        topics = TopicManager(config, metadata, link.propose)
+        producer_ids = ProducerIdManager(
+            config.broker_id, link.propose,
+            lambda: link.image.producer_id_blocks.get(config.broker_id))
         metrics.watch_logs(replicas.logs)
-        return cls(config, metadata, logs, replicas, topics, metrics)
+        core = cls(config, link, metadata, logs, replicas, publisher, topics, producer_ids,
+                   metrics)
+        holder.append(core)
+        return core
 
     def load(self) -> None:
-        """Recover every log on disk and make them match the metadata (blocking)."""
+        """Recover every log on disk (blocking; run it in a worker thread)."""
         started = time.monotonic()
         log.info("loading logs from %s", ", ".join(str(d) for d in self.config.log_dirs))
-        self.logs.load_all(self.topics.topic_log_configs())
-        self.topics.reconcile()
-        log.info("loaded %d partitions of %d topics in %.2fs", len(self.replicas),
-                 len(self.metadata.topics()), time.monotonic() - started)
+        found = self.logs.load_all()
+        log.info("loaded %d partition logs in %.2fs", len(found), time.monotonic() - started)
 
-    def close(self) -> None:
-        """Flush and close every log (writes the clean-shutdown markers)."""
+    async def start(self) -> None:
+        """Join the cluster: replay the metadata log, register, catch up, publish, get unfenced."""
+        await self.replicas.start()
+        await self.link.start()
+        if self.link.fresh and self.link.solo:
+            await self._adopt_orphans()
+        self.publisher.ready(self.link.image)
+        if not await self.link.wait_unfenced(UNFENCE_TIMEOUT_S):
+            log.warning("broker %d is still fenced after %.0fs; is the active controller "
+                        "reachable?", self.config.broker_id, UNFENCE_TIMEOUT_S)
+        self.metrics.info.info({"broker_id": str(self.config.broker_id),
+                                "cluster_id": self.metadata.cluster_id, "version": _version()})
+
+    async def _adopt_orphans(self) -> None:
+        """A single broker whose metadata log is new but whose log dirs hold partitions (e.g. the
+        metadata log was removed): keep the data as topics with default configs."""
+        counts: dict[str, int] = {}
+        for topic, partition in self.logs.partitions():
+            if topic not in self.link.image.topics:
+                counts[topic] = max(counts.get(topic, 0), partition + 1)
+        me = self.config.broker_id
+        commands: list[Command] = []
+        for topic, partitions in sorted(counts.items()):
+            log.warning("no cluster metadata found: adopting topic %r (%d partitions) from the "
+                        "logs on disk, with default configs", topic, partitions)
+            commands.append(CreateTopic(topic, _new_id(), tuple((me,) for _ in range(partitions))))
+        for command in commands:
+            await self.link.propose(command)
+        from strom.broker.publisher import write_topic_id
+
+        for (topic, _), plog in self.logs.partitions().items():
+            if topic in counts:
+                write_topic_id(plog.directory, self.link.image.topics[topic].topic_id)
+
+    async def leave(self) -> None:
+        """Controlled shutdown while still serving: the controller moves leadership away."""
+        await self.link.controlled_shutdown(self.config.shutdown_timeout_s / 2)
+
+    async def stop(self) -> None:
+        """Stop replication and the Raft member, close the logs (after the gRPC server stopped)."""
+        if self._stopped:
+            return
+        self._stopped = True
         self.replicas.waiters.close()
+        await self.replicas.stop()
+        await self.link.stop()
         self.logs.close()
+
+
+def _replication_settings(config: BrokerConfig) -> ReplicationSettings:
+    return ReplicationSettings(
+        broker_id=config.broker_id,
+        replica_lag_time_max_ms=int(config.get("replica.lag.time.max.ms")),
+        fetch_wait_max_ms=int(config.get("replica.fetch.wait.max.ms")),
+        fetch_max_bytes=int(config.get("replica.fetch.max.bytes")),
+        fetch_response_max_bytes=int(config.get("replica.fetch.response.max.bytes")),
+    )
+
+
+def _new_id() -> str:
+    import uuid
+
+    return str(uuid.uuid4())
 
 
 def _version() -> str:

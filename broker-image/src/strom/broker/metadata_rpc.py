@@ -1,14 +1,16 @@
 """Metadata: brokers, topics and partition leadership, for clients to route requests.
 
-Answers from the :class:`~strom.broker.metadata.MetadataStore`: every live broker with its
+Answers from the :class:`~strom.broker.metadata.ClusterMetadata` view: every live broker with its
 advertised endpoint and rack, and for each requested topic (all when the list is empty; internal
 ``__`` topics only with ``include_internal``) its id and partitions with leader, leader epoch,
 replicas and ISR. Unknown topics are answered with UNKNOWN_TOPIC_OR_PARTITION per topic (or
 created first when auto.create.topics.enable is set, as Kafka does); invalid names with
 INVALID_TOPIC_EXCEPTION per topic.
 
-Not supported: topic ids in requests, authorized operations, offline replica reporting (there are
-no offline replicas with one broker).
+Brokers are the unfenced ones (as in KRaft); a partition without a leader is reported with
+LEADER_NOT_AVAILABLE and its replicas on fenced brokers as ``offline_replicas``.
+
+Not supported: topic ids in requests, authorized operations.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ async def handle(core: BrokerCore, request: broker_pb2.MetadataRequest
         for name in request.topics:
             try:
                 validate_topic_name(name)
-                record = metadata.topic(name) or core.topics.auto_create(name)
+                record = metadata.topic(name) or await core.topics.auto_create(name)
                 if record is None:
                     raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                      f"topic {name!r} does not exist")
@@ -53,16 +55,23 @@ def broker_endpoints(core: BrokerCore) -> list[common_pb2.BrokerEndpoint]:
             for b in core.metadata.live_brokers()]
 
 
+def live_ids(core: BrokerCore) -> set[int]:
+    return {b.broker_id for b in core.metadata.live_brokers()}
+
+
 def _add_topic(core: BrokerCore, response: broker_pb2.MetadataResponse,
                record: TopicRecord) -> None:
     topic = response.topics.add(name=record.name, internal=record.internal,
                                 topic_id=record.topic_id)
+    live = live_ids(core)
     for partition in range(record.partitions):
         state = core.metadata.partition_state(record.name, partition)
         if state is None:
             topic.partitions.add(partition=partition, leader=-1, leader_epoch=-1,
                                  error_code=int(ErrorCode.LEADER_NOT_AVAILABLE))
             continue
+        offline = [r for r in state.replicas if r not in live]
+        error = ErrorCode.LEADER_NOT_AVAILABLE if state.leader < 0 else ErrorCode.NONE
         topic.partitions.add(partition=partition, leader=state.leader,
                              leader_epoch=state.leader_epoch, replicas=state.replicas,
-                             isr=state.isr)
+                             isr=state.isr, offline_replicas=offline, error_code=int(error))

@@ -1,19 +1,22 @@
-"""Run one broker: gRPC server, metrics/health HTTP server, log loading, maintenance, shutdown.
+"""Run one broker: gRPC server, metrics/health HTTP server, log loading, cluster membership.
 
 Start-up order: the health server comes up first (``/healthz`` answers while logs recover, so a
 liveness probe does not kill a broker that is busy recovering), then logs are loaded in a worker
-thread (the event loop stays responsive), the logs are reconciled with the metadata, the gRPC
-server starts, and ``/readyz`` turns 200. One line announces it:
-``strom broker 0 ready on 127.0.0.1:9092 (metrics :9404)``.
+thread (the event loop stays responsive), the gRPC server starts (Broker, Admin, Replica and
+Quorum services: the Raft member must be reachable before it can register), the broker joins
+the cluster (replays its metadata log, registers, catches up, publishes the partitions it hosts,
+waits to be unfenced), and ``/readyz`` turns 200. One line announces it:
+``strom broker 0 ready on 127.0.0.1:9092 (metrics :9404, controller voter, cluster <id>)``.
 
 Two periodic tasks run on the event loop (logs are owned by the loop's thread): every second a
 cheap pass for time-based segment rolls and ``flush.ms``; every
 ``log.retention.check.interval.ms`` the full maintenance (retention, compaction).
 
-SIGTERM / SIGINT shut down gracefully: ``/readyz`` turns 503, the gRPC server stops accepting
-calls and lets in-flight ones finish for up to ``shutdown.timeout.ms`` (long-polling fetches are
-woken to answer at once), then every log is flushed and closed with a clean-shutdown marker, and
-the process exits 0.
+SIGTERM / SIGINT shut down gracefully: ``/readyz`` turns 503, a controlled shutdown asks the
+active controller to move this broker's leaderships to in-sync followers (bounded by half of
+``shutdown.timeout.ms``), the gRPC server stops accepting calls and lets in-flight ones finish,
+replication and the Raft member stop, every log is flushed and closed with a clean-shutdown
+marker, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ import grpc
 from strom.broker.config import BrokerConfig, ConfigError
 from strom.broker.core import BrokerCore
 from strom.broker.health import HealthServer
-from strom.broker.service import AdminService, BrokerService
+from strom.broker.service import AdminService, BrokerService, ReplicaService
 from strom.protocol.errors import StromError
-from strom.protocol.v1 import admin_pb2_grpc, broker_pb2_grpc
+from strom.protocol.v1 import admin_pb2_grpc, broker_pb2_grpc, quorum_pb2_grpc, replica_pb2_grpc
 from strom.shutdown import stop_on_signals
 
 log = logging.getLogger("strom.broker")
@@ -89,7 +92,12 @@ class BrokerServer:
             BrokerService(core), self._grpc)
         admin_pb2_grpc.add_AdminServicer_to_server(  # type: ignore[no-untyped-call]
             AdminService(core), self._grpc)
+        replica_pb2_grpc.add_ReplicaServicer_to_server(  # type: ignore[no-untyped-call]
+            ReplicaService(core), self._grpc)
+        quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]
+            core.link.service, self._grpc)
         await self._grpc.start()
+        await core.start()
         self._tasks = [
             asyncio.create_task(self._every(FAST_MAINTENANCE_S, self._fast_maintenance)),
             asyncio.create_task(self._every(config.maintenance_interval_s,
@@ -98,28 +106,32 @@ class BrokerServer:
         core.metrics.up.set(1)
         self.ready = True
         metrics = f"metrics :{self.metrics_port}" if self.metrics_port else "metrics off"
-        log.info("strom broker %d ready on %s:%d (%s)", config.broker_id, config.host,
-                 self.port, metrics)
+        role = "controller voter" if core.link.is_voter else "observer"
+        log.info("strom broker %d ready on %s:%d (%s, %s, cluster %s)", config.broker_id,
+                 config.host, self.port, metrics, role, core.metadata.cluster_id)
 
     async def stop(self) -> None:
-        """Graceful: stop accepting, finish in-flight calls, flush and close the logs."""
+        """Graceful: controlled shutdown, stop accepting, finish in-flight calls, close logs."""
         self.ready = False
         started = time.monotonic()
         core = self.core
         if core is not None:
             core.metrics.up.set(0)
-            core.replicas.waiters.close()
+            with contextlib.suppress(Exception):
+                await core.leave()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if core is not None:
+            core.replicas.waiters.close()
         if self._grpc is not None:
             await self._grpc.stop(self.config.shutdown_timeout_s)
             self._grpc = None
         if core is not None:
-            core.close()
+            await core.stop()
         if self._health is not None:
             await self._health.stop()
         log.info("strom broker %d stopped in %.2fs", self.config.broker_id,

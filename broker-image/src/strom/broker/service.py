@@ -22,8 +22,14 @@ from strom.broker.core import BrokerCore
 from strom.broker.producer_ids import handle_init_producer_id
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.status import to_grpc_status
-from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
-from strom.protocol.v1 import replica_pb2, replica_pb2_grpc
+from strom.protocol.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    broker_pb2,
+    broker_pb2_grpc,
+    replica_pb2,
+    replica_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +130,22 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                               ) -> admin_pb2.DescribeClusterResponse:
         return await call(self.core, "DescribeCluster", admin.describe_cluster, request,
                           context)
+
+    async def AlterPartitionReassignments(
+            self, request: admin_pb2.AlterPartitionReassignmentsRequest, context: Context
+    ) -> admin_pb2.AlterPartitionReassignmentsResponse:
+        return await call(self.core, "AlterPartitionReassignments",
+                          admin.alter_partition_reassignments, request, context)
+
+    async def ListPartitionReassignments(
+            self, request: admin_pb2.ListPartitionReassignmentsRequest, context: Context
+    ) -> admin_pb2.ListPartitionReassignmentsResponse:
+        return await call(self.core, "ListPartitionReassignments",
+                          admin.list_partition_reassignments, request, context)
+
+    async def ElectLeaders(self, request: admin_pb2.ElectLeadersRequest, context: Context
+                           ) -> admin_pb2.ElectLeadersResponse:
+        return await call(self.core, "ElectLeaders", admin.elect_leaders, request, context)
 
 
 class ReplicaService(replica_pb2_grpc.ReplicaServicer):

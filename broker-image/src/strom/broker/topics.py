@@ -1,32 +1,48 @@
-"""Topic lifecycle: create, delete, grow, reconfigure; the one owner of topic-level state.
+"""Topic lifecycle: create, delete, grow, reconfigure - validated here, decided by the metadata log.
 
 :class:`TopicManager` validates like Kafka (topic names ``[a-zA-Z0-9._-]{1,249}``, not ``.`` or
 ``..``, no collision between names that differ only in ``.`` vs ``_``; partitions >= 1;
 replication factor <= live brokers; configs through the storage layer's Kafka-named parser),
-records the change in the :class:`~strom.broker.metadata.MetadataStore` first and then creates or
-deletes the logs, so that a crash in between is repaired at the next start by
-:meth:`TopicManager.reconcile` (missing logs are created, logs of deleted topics removed).
+places replicas rack-aware over the live brokers (``assign_replicas``)
+and proposes the change to the controller quorum. It returns once the change is applied on this
+broker; logs are created and deleted by the metadata publisher on EVERY broker that hosts the
+partitions, so a crash anywhere in between is repaired by replaying the metadata log.
+
+Validation runs against this broker's image; the metadata log re-checks at apply time (a topic
+created twice concurrently fails once with TOPIC_ALREADY_EXISTS), so a race never corrupts state.
+Kafka validates on the active controller (KIP-590 forwarding); we validate on the receiving broker
+and let the log arbitrate, which needs no forwarding RPC.
 
 Every method raises :class:`~strom.protocol.errors.StromError` with a message naming the field and
-the fix; the admin handlers turn it into a per-topic result. Not supported: replica assignments
-chosen by the caller, partition reassignment, shrinking partitions (Kafka cannot either).
+the fix. Not supported: replica assignments chosen by the caller at creation (use a reassignment),
+shrinking partitions (Kafka cannot either).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import re
-from collections.abc import Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from strom.broker.config import BrokerConfig
-from strom.broker.metadata import MetadataStore, TopicRecord
-from strom.broker.replicas import ReplicaManager
+from strom.broker.metadata import ClusterMetadata, TopicRecord
+from strom.controller.metadata import (
+    AlterConfigs,
+    Command,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+)
+from strom.controller.placement import assign_replicas
 from strom.protocol.errors import ErrorCode, StromError
 from strom.storage.config import TOPIC_CONFIG_DEFS, LogConfig, parse_topic_configs
-from strom.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
+
+Propose = Callable[[Command], Awaitable[int]]
 
 MAX_TOPIC_NAME = 249
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -56,23 +72,22 @@ def _collision_key(name: str) -> str:
 
 @dataclass(frozen=True)
 class TopicPlan:
-    """A validated CreateTopics entry (what would be created)."""
+    """A validated CreateTopics entry (what would be created, and where)."""
 
     name: str
     partitions: int
     replication_factor: int
     configs: Mapping[str, str]
     log_config: LogConfig
+    assignments: tuple[tuple[int, ...], ...]
 
 
 class TopicManager:
-    def __init__(self, config: BrokerConfig, metadata: MetadataStore, logs: LogManager,
-                 replicas: ReplicaManager) -> None:
+    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata, propose: Propose) -> None:
         self._config = config
         self._metadata = metadata
-        self._logs = logs
-        self._replicas = replicas
-        self._log_configs: dict[str, LogConfig] = {}
+        self._propose = propose
+        self._log_configs: dict[str, tuple[Mapping[str, str], LogConfig]] = {}
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -85,54 +100,22 @@ class TopicManager:
 
     def log_config(self, name: str) -> LogConfig:
         """The effective LogConfig of a topic (broker defaults + topic overrides)."""
+        record = self.topic(name)
         cached = self._log_configs.get(name)
-        if cached is None:
-            record = self.topic(name)
-            cached = parse_topic_configs(record.configs, base=self._config.topic_defaults)
+        if cached is None or cached[0] != record.configs:
+            cached = (record.configs,
+                      parse_topic_configs(record.configs, base=self._config.topic_defaults))
             self._log_configs[name] = cached
-        return cached
+        return cached[1]
 
-    def topic_log_configs(self) -> dict[str, LogConfig]:
-        return {name: self.log_config(name) for name in self._metadata.topics()}
-
-    # -- start-up -----------------------------------------------------------------------------
-
-    def reconcile(self) -> None:
-        """Make the loaded logs match the metadata after a (possibly unclean) restart."""
-        topics = self._metadata.topics()
-        found = self._logs.partitions()
-        if not self._metadata.existed and found:
-            self._adopt_orphans(found)
-            topics = self._metadata.topics()
-        for (topic, partition), plog in found.items():
-            record = topics.get(topic)
-            if record is None or partition >= record.partitions:
-                log.warning("deleting log %s-%d: its topic was deleted", topic, partition)
-                self._logs.delete_partition(topic, partition)
-                continue
-            plog.update_config(self.log_config(topic))
-            self._replicas.adopt(plog)
-        for record in topics.values():
-            for partition in range(record.partitions):
-                if self._replicas.get(record.name, partition) is None:
-                    log.warning("creating missing log %s-%d", record.name, partition)
-                    self._open_log(record.name, partition)
-
-    def _adopt_orphans(self, found: Mapping[tuple[str, int], object]) -> None:
-        """Logs without any metadata file (e.g. it was removed): keep the data as topics."""
-        counts: dict[str, int] = {}
-        for topic, partition in found:
-            counts[topic] = max(counts.get(topic, 0), partition + 1)
-        for topic, partitions in sorted(counts.items()):
-            log.warning("no cluster metadata found: adopting topic %r (%d partitions) from the "
-                        "logs on disk, with default configs", topic, partitions)
-            self._metadata.create_topic(topic, partitions, 1, {})
+    def _racks(self) -> dict[int, str | None]:
+        return {b.broker_id: b.rack or None for b in self._metadata.live_brokers()}
 
     # -- create -------------------------------------------------------------------------------
 
     def plan_topic(self, name: str, num_partitions: int, replication_factor: int,
                    configs: Mapping[str, str]) -> TopicPlan:
-        """Validate one CreateTopics entry without changing anything."""
+        """Validate one CreateTopics entry and place its replicas, without changing anything."""
         validate_topic_name(name)
         if self._metadata.topic(name) is not None:
             raise StromError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -154,71 +137,77 @@ class TopicManager:
                              f"replication_factor={replication_factor} is invalid; use a count "
                              f">= 1, or -1 for the broker default (default.replication.factor="
                              f"{self._config.default_replication_factor})")
-        live = len(self._metadata.live_brokers())
-        if rf > live:
+        racks = self._racks()
+        if rf > len(racks):
             raise StromError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                             f"replication factor {rf} is larger than the {live} live brokers")
+                             f"replication factor {rf} is larger than the {len(racks)} live "
+                             f"brokers")
         log_config = parse_topic_configs(configs, base=self._config.topic_defaults)
-        return TopicPlan(name, partitions, rf, dict(configs), log_config)
+        layout = assign_replicas(partitions, rf, racks, start_index=random.randrange(len(racks)))
+        return TopicPlan(name, partitions, rf, dict(configs), log_config,
+                         tuple(tuple(r) for r in layout))
 
-    def create(self, plan: TopicPlan) -> TopicRecord:
-        record = self._metadata.create_topic(plan.name, plan.partitions, plan.replication_factor,
-                                             plan.configs)
-        self._log_configs[plan.name] = plan.log_config
-        for partition in range(plan.partitions):
-            self._open_log(plan.name, partition)
+    async def create(self, plan: TopicPlan) -> TopicRecord:
+        await self._propose(CreateTopic(plan.name, str(uuid.uuid4()), plan.assignments,
+                                        tuple(sorted(plan.configs.items()))))
         log.info("created topic %s (%d partitions, replication factor %d%s)", plan.name,
                  plan.partitions, plan.replication_factor,
                  f", configs {dict(plan.configs)}" if plan.configs else "")
-        return record
+        return self.topic(plan.name)
 
-    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                     configs: Mapping[str, str] | None = None) -> TopicRecord:
+    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                           configs: Mapping[str, str] | None = None) -> TopicRecord:
         """Validate and create in one step (for tools and tests)."""
-        return self.create(self.plan_topic(name, partitions, replication_factor, configs or {}))
+        return await self.create(self.plan_topic(name, partitions, replication_factor,
+                                                 configs or {}))
 
-    def auto_create(self, name: str) -> TopicRecord | None:
+    async def auto_create(self, name: str) -> TopicRecord | None:
         """Create ``name`` with broker defaults if auto.create.topics.enable; else None."""
         if not self._config.auto_create_topics:
             return None
         existing = self._metadata.topic(name)
         if existing is not None:
             return existing
-        return self.create(self.plan_topic(name, -1, -1, {}))
-
-    def _open_log(self, topic: str, partition: int) -> None:
-        plog = self._logs.create(topic, partition, self.log_config(topic))
-        self._replicas.adopt(plog)
+        try:
+            return await self.create(self.plan_topic(name, -1, -1, {}))
+        except StromError as err:
+            if err.code != ErrorCode.TOPIC_ALREADY_EXISTS:  # lost a race: fine
+                raise
+            return self._metadata.topic(name)
 
     # -- delete -------------------------------------------------------------------------------
 
-    def delete(self, name: str) -> None:
-        record = self.topic(name)
-        self._metadata.delete_topic(name)
+    async def delete(self, name: str) -> None:
+        self.topic(name)
+        await self._propose(DeleteTopic(name))
         self._log_configs.pop(name, None)
-        for partition in range(record.partitions):
-            self._replicas.drop(name, partition)
-            if self._logs.get(name, partition) is not None:
-                self._logs.delete_partition(name, partition)
         log.info("deleted topic %s", name)
 
     # -- grow ---------------------------------------------------------------------------------
 
-    def check_partitions(self, name: str, new_total: int) -> TopicRecord:
+    def check_partitions(self, name: str, new_total: int) -> tuple[tuple[int, ...], ...]:
+        """Validate a CreatePartitions; the replica lists of the new partitions."""
         record = self.topic(name)
         if new_total <= record.partitions:
             raise StromError(ErrorCode.INVALID_PARTITIONS,
                              f"topic {name!r} has {record.partitions} partitions and "
                              f"new_total_count={new_total}; partitions can only grow: ask for "
                              f"more than {record.partitions}")
-        return record
+        racks = self._racks()
+        if record.replication_factor > len(racks):
+            raise StromError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"topic {name!r} has replication factor "
+                             f"{record.replication_factor} but only {len(racks)} brokers are live")
+        layout = assign_replicas(new_total - record.partitions, record.replication_factor, racks,
+                                 start_index=random.randrange(len(racks)),
+                                 first_partition=record.partitions)
+        return tuple(tuple(r) for r in layout)
 
-    def grow(self, name: str, new_total: int) -> None:
-        record = self.check_partitions(name, new_total)
-        self._metadata.set_partitions(name, new_total)
-        for partition in range(record.partitions, new_total):
-            self._open_log(name, partition)
-        log.info("topic %s now has %d partitions (was %d)", name, new_total, record.partitions)
+    async def grow(self, name: str, new_total: int) -> None:
+        old = self.topic(name).partitions
+        assignments = self.check_partitions(name, new_total)
+        await self._propose(CreatePartitions(name, assignments))
+        log.info("topic %s now has %d partitions (was %d)", name, new_total, old)
 
     # -- configs ------------------------------------------------------------------------------
 
@@ -239,12 +228,8 @@ class TopicManager:
         overrides.update(set_)
         return overrides, parse_topic_configs(overrides, base=self._config.topic_defaults)
 
-    def alter_configs(self, name: str, set_: Mapping[str, str], delete: list[str]) -> None:
-        overrides, log_config = self.plan_configs(name, set_, delete)
-        record = self._metadata.set_configs(name, overrides)
-        self._log_configs[name] = log_config
-        for partition in range(record.partitions):
-            plog = self._replicas.get(name, partition)
-            if plog is not None:
-                plog.update_config(log_config)
+    async def alter_configs(self, name: str, set_: Mapping[str, str], delete: list[str]) -> None:
+        overrides, _ = self.plan_configs(name, set_, delete)
+        await self._propose(AlterConfigs("topic", name, tuple(sorted(set_.items())),
+                                         tuple(sorted(delete))))
         log.info("topic %s configs now %s", name, overrides)

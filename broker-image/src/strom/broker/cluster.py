@@ -1,0 +1,337 @@
+"""A broker's link to the controller quorum: its Raft member, registration, heartbeats, proposals.
+
+Why it exists: in Strom (as in KRaft) the metadata log is the one source of truth about brokers,
+topics, leaders and ISRs. Every broker holds a member of the Raft group - a voter when it is one of
+``controller.quorum.voters`` (combined mode), an observer otherwise - so it receives every
+committed metadata change by push and applies it to its own :class:`MetadataImage`. This module
+owns that member and the broker's life in the cluster:
+
+- start: replay the local metadata log (``<first log dir>/__raft``), register
+  (``RegisterBroker`` with a fresh incarnation id; the entry's offset is the broker epoch), wait
+  until the local image has caught up to the registration, then heart-beat; the active controller
+  unfences a broker that heart-beats with ``metadata_offset >= broker_epoch`` (Kafka's rule).
+- proposals (topic creation, ISR changes, reassignments, producer id blocks) go to the leader:
+  directly to the local driver when this broker is the Raft leader, else through
+  :class:`QuorumClient`; a proposal returns once the entry is applied HERE, so a caller that
+  created a topic sees it in its next metadata read.
+- stop: controlled shutdown (heart-beat ``want_shutdown`` until the controller moved leadership
+  away, bounded), then stop the Raft member.
+
+A broker with no ``controller.quorum.voters`` is a cluster of one: it is the only voter, on its
+own gRPC port, with a short election timeout so start-up is not delayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from strom.broker.config import BrokerConfig
+from strom.controller.active import ActiveController, ControllerSettings
+from strom.controller.driver import NotControllerError, QuorumDriver
+from strom.controller.metadata import (
+    Command,
+    Endpoint,
+    MetadataError,
+    MetadataImage,
+    RegisterBroker,
+    encode_command,
+)
+from strom.controller.quorum_client import QuorumClient
+from strom.controller.quorum_server import QuorumService
+from strom.controller.raft import RaftConfig
+from strom.controller.raftlog import DiskRaftLog
+from strom.controller.transport import GrpcTransport
+from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+
+log = logging.getLogger("strom.broker.cluster")
+
+RAFT_DIR = "__raft"
+PROPOSE_TIMEOUT_S = 15.0
+SOLO_ELECTION_TIMEOUT_MS = 50
+SOLO_HEARTBEAT_MS = 20
+
+
+class ClusterLink:
+    """One broker's Raft member, registration and heartbeats. ``await start()``/``stop()``."""
+
+    def __init__(self, config: BrokerConfig, port: int,
+                 on_image: Callable[[MetadataImage], None]) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.address = f"{config.advertised_host}:{port}"
+        self.port = port
+        configured = config.quorum_voters
+        self.solo = not configured
+        self.voters: dict[int, str] = configured or {self.broker_id: self.address}
+        self.is_voter = self.broker_id in self.voters
+        self.incarnation_id = uuid.uuid4().hex
+        self.broker_epoch = -1
+        """The offset of this incarnation's RegisterBroker entry (-1 until registered)."""
+        self.caught_up = asyncio.Event()
+        self.unfenced = asyncio.Event()
+        self._on_image = on_image
+        self._applied_event = asyncio.Event()
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        raft_dir = Path(config.log_dirs[0]) / RAFT_DIR
+        self.fresh = not raft_dir.exists()
+        """True when this start created the metadata log (no earlier cluster state here)."""
+        raft_dir.mkdir(parents=True, exist_ok=True)
+        peers = {n: a for n, a in self.voters.items() if n != self.broker_id}
+        election_ms = int(config.get("controller.election.timeout.ms"))
+        heartbeat_ms = int(config.get("controller.heartbeat.interval.ms"))
+        if self.solo:
+            election_ms, heartbeat_ms = SOLO_ELECTION_TIMEOUT_MS, SOLO_HEARTBEAT_MS
+        raft_config = RaftConfig(
+            node_id=self.broker_id,
+            voters=frozenset(self.voters),
+            observers=frozenset() if self.is_voter else frozenset({self.broker_id}),
+            election_timeout_ms=election_ms,
+            heartbeat_interval_ms=heartbeat_ms,
+        )
+        self.driver = QuorumDriver(
+            raft_config, DiskRaftLog(raft_dir), GrpcTransport(peers),
+            compact_every=int(config.get("metadata.compact.every")),
+            on_apply=self._applied_image, manage_observers=True,
+        )
+        self.active: ActiveController | None = None
+        if config.is_controller and self.is_voter:
+            unclean = config.get("unclean.leader.election.enable")
+            self.active = ActiveController(self.driver, ControllerSettings(
+                session_timeout_ms=int(config.get("broker.session.timeout.ms")),
+                leader_imbalance_check_ms=int(config.get("leader.imbalance.check.interval.ms")),
+                auto_leader_rebalance=bool(config.get("auto.leader.rebalance.enable")),
+                cluster_id=config.cluster_id,
+                unclean_default=bool(unclean),
+            ))
+        self.client = QuorumClient(self.voters)
+        self.service = QuorumService(self.driver, self.voters, active=self.active)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.driver.image
+
+    @property
+    def controller_id(self) -> int:
+        leader = self.driver.leader_id
+        return -1 if leader is None else leader
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self, timeout_s: float = 60.0) -> None:
+        """Join the cluster: replay, register, catch up. Does not wait to be unfenced."""
+        await self.driver.start()
+        if self.active is not None:
+            await self.active.start()
+        await self._register(timeout_s)
+        await self._wait_caught_up(timeout_s)
+        self._check_cluster_id()
+        self._tasks.append(asyncio.create_task(self._heartbeats(), name="broker-heartbeats"))
+
+    async def wait_unfenced(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self.unfenced.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def controlled_shutdown(self, timeout_s: float) -> None:
+        """Ask the controller to move leadership away; bounded by ``timeout_s``."""
+        if not self.solo and self.broker_epoch >= 0 and self.unfenced.is_set() and timeout_s > 0:
+            await self._controlled_shutdown(timeout_s)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if self.active is not None:
+            await self.active.stop()
+        await self.driver.stop()
+        await self.client.close()
+        self._applied_event.set()
+
+    # -- proposals ----------------------------------------------------------------------------
+
+    async def propose(self, command: Command, timeout_s: float = PROPOSE_TIMEOUT_S) -> int:
+        """Append ``command`` to the metadata log; its offset once applied on this broker.
+
+        Raises the image's error (e.g. TOPIC_ALREADY_EXISTS) when the command did not apply, or
+        NOT_CONTROLLER / REQUEST_TIMED_OUT when no leader took it in time.
+        """
+        data = encode_command(command)
+        deadline = time.monotonic() + timeout_s
+        index = -1
+        while index < 0:
+            if self.driver.node.is_leader:
+                try:
+                    index = await asyncio.wait_for(self.driver.propose(data),
+                                                   max(0.01, deadline - time.monotonic()))
+                except TimeoutError:
+                    raise StromError(ErrorCode.REQUEST_TIMED_OUT,
+                                     "the metadata change did not commit in time; the controller "
+                                     "quorum may have lost its majority") from None
+                except NotControllerError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    await asyncio.sleep(0.05)
+                    continue
+            elif self.is_voter and self.driver.leader_id in (None, self.broker_id):
+                if time.monotonic() >= deadline:  # an election is under way here
+                    raise StromError(ErrorCode.NOT_CONTROLLER,
+                                     "the controller quorum has no leader yet; is a majority of "
+                                     f"{_voters_text(self.voters)} up?")
+                await asyncio.sleep(0.02)
+            else:
+                left = deadline - time.monotonic()
+                try:
+                    index = await self.client.propose(data, max(0.01, min(left, 3.0)))
+                except StromError as err:
+                    if not err.retriable or time.monotonic() >= deadline:
+                        raise
+        await self.wait_applied(index, max(0.01, deadline - time.monotonic()))
+        errors = [msg for offset, msg in self.image.errors if offset == index]
+        if errors and self.image.offset == index:
+            log.debug("parts of metadata entry %d did not apply: %s", index, errors)
+        return index
+
+    async def wait_applied(self, offset: int, timeout_s: float = PROPOSE_TIMEOUT_S) -> None:
+        """Until this broker's image includes ``offset`` (or the timeout passes)."""
+        deadline = time.monotonic() + timeout_s
+        while self.image.offset < offset and not self._stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StromError(ErrorCode.REQUEST_TIMED_OUT,
+                                 f"metadata offset {offset} was committed but this broker has not "
+                                 f"applied it within {timeout_s:.1f}s (it is at "
+                                 f"{self.image.offset})")
+            event = self._applied_event
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), left)
+
+    def _applied_image(self, image: MetadataImage) -> None:
+        me = image.brokers.get(self.broker_id)
+        if me is not None and me.incarnation_id == self.incarnation_id:
+            if me.fenced:
+                self.unfenced.clear()
+            else:
+                self.unfenced.set()
+        if self.broker_epoch >= 0 and image.offset >= self.broker_epoch:
+            self.caught_up.set()
+        self._on_image(image)
+        event, self._applied_event = self._applied_event, asyncio.Event()
+        event.set()
+
+    # -- registration and heartbeats ----------------------------------------------------------
+
+    def _registration(self) -> RegisterBroker:
+        host, _, port = self.address.rpartition(":")
+        return RegisterBroker(self.broker_id, self.incarnation_id,
+                              (Endpoint("grpc", host, int(port)),), self.config.rack or None)
+
+    async def _register(self, timeout_s: float) -> None:
+        started = time.monotonic()
+        last_report = started
+        while True:
+            left = timeout_s - (time.monotonic() - started)
+            try:
+                self.broker_epoch = await self.propose(self._registration(), max(1.0, left))
+                log.info("broker %d registered (incarnation %s, broker epoch %d)",
+                         self.broker_id, self.incarnation_id[:8], self.broker_epoch)
+                return
+            except MetadataError:
+                raise
+            except StromError as err:
+                if time.monotonic() - started >= timeout_s:
+                    raise StromError(
+                        ErrorCode.BROKER_NOT_AVAILABLE,
+                        f"could not register with the controller quorum "
+                        f"{_voters_text(self.voters)} within {timeout_s:.0f}s ({err.message}); "
+                        f"check controller.quorum.voters and that a majority of voters is up",
+                    ) from None
+                if time.monotonic() - last_report > 5:
+                    last_report = time.monotonic()
+                    log.info("waiting for the controller quorum %s (%s)",
+                             _voters_text(self.voters), err.message)
+                await asyncio.sleep(0.2)
+
+    async def _wait_caught_up(self, timeout_s: float) -> None:
+        if self.image.offset >= self.broker_epoch:
+            self.caught_up.set()
+        try:
+            await asyncio.wait_for(self.caught_up.wait(), timeout_s)
+        except TimeoutError:
+            raise StromError(ErrorCode.BROKER_NOT_AVAILABLE,
+                             f"the metadata log did not catch up to offset {self.broker_epoch} "
+                             f"within {timeout_s:.0f}s") from None
+
+    def _check_cluster_id(self) -> None:
+        wanted = self.config.cluster_id
+        have = self.image.cluster_id
+        if wanted and have and wanted != have:
+            raise StromError(ErrorCode.INCONSISTENT_CLUSTER_ID,
+                             f"cluster.id={wanted!r} does not match the cluster id {have!r} of "
+                             f"the metadata log in {self.config.log_dirs[0] / RAFT_DIR}; this "
+                             f"data directory belongs to another cluster")
+
+    async def heartbeat_once(self, want_shutdown: bool = False) -> Any:
+        """One heartbeat; the controller's answer (fenced, shutdown_ready) or raises."""
+        offset = self.image.offset
+        if self.active is not None and self.driver.node.is_leader:
+            return await self.active.heartbeat(self.broker_id, self.incarnation_id,
+                                               self.broker_epoch, offset, want_shutdown)
+        reply = await self.client.heartbeat(self.broker_id, self.incarnation_id,
+                                            self.broker_epoch, offset, want_shutdown,
+                                            timeout_s=2.0)
+        if reply.HasField("error") and reply.error.code:
+            raise StromError(error_code_from_int(reply.error.code), reply.error.message)
+        return reply
+
+    async def _heartbeats(self) -> None:
+        interval = self.config.ms("broker.heartbeat.interval.ms")
+        while not self._stopping:
+            try:
+                await self.heartbeat_once()
+            except StromError as err:
+                if err.code == ErrorCode.STALE_BROKER_EPOCH:
+                    log.warning("the controller does not know this registration any more; "
+                                "registering again")
+                    with contextlib.suppress(StromError):
+                        self.broker_epoch = await self.propose(self._registration())
+                else:
+                    log.debug("heartbeat failed: %s", err)
+            except Exception as exc:  # never let the heartbeat task die
+                log.warning("heartbeat failed: %r", exc)
+            await asyncio.sleep(interval)
+
+    async def _controlled_shutdown(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        log.info("controlled shutdown: asking the controller to move leadership away")
+        while time.monotonic() < deadline:
+            try:
+                reply = await self.heartbeat_once(want_shutdown=True)
+                if getattr(reply, "shutdown_ready", False):
+                    log.info("controlled shutdown: this broker leads no partition any more")
+                    return
+            except StromError as err:
+                log.debug("controlled shutdown heartbeat failed: %s", err)
+            except Exception as exc:
+                log.debug("controlled shutdown heartbeat failed: %r", exc)
+            await asyncio.sleep(0.1)
+        log.warning("controlled shutdown did not complete in %.1fs; stopping anyway", timeout_s)
+
+
+def _voters_text(voters: dict[int, str]) -> str:
+    return ",".join(f"{n}@{a}" for n, a in sorted(voters.items()))

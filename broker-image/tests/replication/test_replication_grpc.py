@@ -212,3 +212,28 @@ async def test_removed_partition_stops_fetching_and_deletes(cluster: Cluster) ->
     assert follower.get("t", 0) is None and len(follower) == 0
     assert not directory.exists()
     assert follower.fetch_position(("t", 0)) is None
+
+
+async def test_unknown_leader_address_backs_off_then_catches_up(cluster: Cluster) -> None:
+    await _started(cluster, 1)  # broker 0 (the leader) is not up: its address is unknown
+    cluster.set_view(_view(0, 0, (0, 1), (0, 1)))
+    fetcher = cluster.nodes[1].m._fetchers[0]
+    await wait_until(lambda: fetcher.failures >= 3, what="failed attempts")
+    await cluster.start(0)
+    await cluster.nodes[0].m.append("t", 0, _batch(0), 1, LogConfig(), 1000)
+    await wait_until(lambda: cluster.nodes[1].log().log_end_offset == 1, timeout_s=5,
+                     what="catch-up after the leader appeared")
+    assert fetcher.failures == 0
+
+
+async def test_new_epoch_same_leader_keeps_waiting_acks_all(cluster: Cluster) -> None:
+    await _started(cluster, 0)
+    cluster.set_view(_view(0, 0, (0, 1), (0, 1)))
+    waiting = asyncio.create_task(
+        cluster.nodes[0].m.append("t", 0, _batch(0), -1, LogConfig(), 5000))
+    await asyncio.sleep(0.05)
+    cluster.set_view(_view(0, 1, (0, 1), (0, 1), partition_epoch=1))
+    await cluster.start(1)
+    result = await waiting
+    assert cluster.nodes[1].log().log_end_offset > result.last_offset
+    assert cluster.nodes[0].log().epochs == [(0, 0)]

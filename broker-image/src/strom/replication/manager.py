@@ -19,9 +19,10 @@ storage calls are synchronous page-cache writes.
 
 Where we differ from Kafka, and why:
 
-- acks=all fails with NOT_LEADER_OR_FOLLOWER if the leader epoch changed while it waited, even if
-  this broker leads again: its log may have been truncated in between. The producer retries (and
-  the idempotent producer removes a duplicate).
+- acks=all fails with NOT_LEADER_OR_FOLLOWER if this broker stopped leading while it waited, even
+  if it leads again by then: its log may have been truncated in between (Kafka only looks at the
+  high watermark). The producer retries (and the idempotent producer removes a duplicate). A new
+  epoch with the same leader (e.g. a reassignment) does not fail it.
 - A new leader does not write its epoch into the leader-epoch cache at election (Kafka does);
   divergence checks add the current epoch on the fly (``divergence.with_current_epoch``), which
   gives the same answers without a storage change.
@@ -139,9 +140,8 @@ class ReplicaManager:
         now = self._clock_ms()
         if part is None:
             part = self._partitions[tp] = Partition(view, plog, self.broker_id)
-            old: PartitionView | None = None
         else:
-            old, part.view, part.log = part.view, view, plog
+            part.view, part.log = view, plog
         if view.leader == self.broker_id:
             self._stop_following(tp)
             if part.led_epoch != view.leader_epoch:
@@ -150,9 +150,6 @@ class ReplicaManager:
                          view.leader_epoch, part.epoch_start_offset, list(view.isr))
             else:
                 part.update_assignment(now)
-            if part.pending_isr is not None and old is not None \
-                    and old.partition_epoch != view.partition_epoch:
-                part.pending_isr = None  # answered by this very view (or overtaken by it)
             if part.advance_high_watermark():
                 self.waiters.notify(tp)
         else:
@@ -299,6 +296,7 @@ class ReplicaManager:
                              f"fewer than min.insync.replicas={min_isr}; wait for replicas to "
                              f"catch up, lower min.insync.replicas or use acks=1")
         epoch = part.view.leader_epoch
+        generation = part.leaderships
         result = part.log.append_as_leader(records, epoch)
         if part.advance_high_watermark():
             self._acks.notify(tp)
@@ -309,7 +307,7 @@ class ReplicaManager:
         deadline = loop.time() + max(timeout_ms, 0) / 1000.0
         while True:
             current = self._partitions.get(tp)
-            if (current is not part or not part.is_leader or part.view.leader_epoch != epoch
+            if (current is not part or not part.is_leader or part.leaderships != generation
                     or self._acks.closed):
                 raise StromError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                  f"this broker stopped leading {topic}-{partition} (epoch "
@@ -548,10 +546,12 @@ class ReplicaManager:
             log.warning("%s-%d: applying data fetched from broker %d failed: %s", *tp, leader,
                         err)
             return backoff_s(1, self.settings)
-        log.info("%s-%d: leader %d answered %s: %s; waiting for new metadata", *tp, leader,
-                 error_code_from_int(code).name,
-                 answer.error_message)
-        return _FOLLOWER_ERROR_DELAY_S
+        error = error_code_from_int(code)
+        log.debug("%s-%d: leader %d answered %s: %s; retrying after metadata changes", *tp,
+                  leader, error.name, answer.error_message)
+        if error == ErrorCode.FENCED_LEADER_EPOCH:
+            return _FOLLOWER_ERROR_DELAY_S  # our view is old: a new one will undelay it
+        return backoff_s(2, self.settings)  # the leader may not have applied the view yet
 
     def _apply_fetched(self, part: Partition, answer: replica_pb2.ReplicaFetchPartitionResponse
                        ) -> None:

@@ -27,6 +27,8 @@ class Partition:
     """The epoch this broker became leader in (-1: not leading)."""
     pending_isr: tuple[int, ...] | None = None
     """An ISR change sent to the controller and not yet answered (at most one)."""
+    leaderships: int = 0
+    """Bumped whenever this broker stops leading: an acks=all wait that saw it change fails."""
     fetch_lag: int = 0
     """Follower only: records behind the leader's log end offset at the last fetch."""
 
@@ -39,12 +41,23 @@ class Partition:
         return self.view.leader == NO_LEADER
 
     def become_leader(self, now_ms: int) -> None:
-        """New leader epoch: forget followers' positions (Kafka ``makeLeader``)."""
+        """New leader epoch (Kafka ``makeLeader``): followers' positions are forgotten unless
+        this broker already led (then only their caught-up times restart)."""
+        was_leader = self.led_epoch >= 0
         self.led_epoch = self.view.leader_epoch
         self.epoch_start_offset = self.log.log_end_offset
         self.pending_isr = None
-        self.followers = {r: isr.reset(r in self.view.isr, now_ms)
-                          for r in self.assigned() if r != self.broker_id}
+        followers = {}
+        for r in self.assigned():
+            if r == self.broker_id:
+                continue
+            fresh = isr.reset(r in self.view.isr, now_ms)
+            old = self.followers.get(r)
+            if was_leader and old is not None:
+                fresh = isr.FollowerState(log_end_offset=old.log_end_offset,
+                                          last_caught_up_ms=fresh.last_caught_up_ms)
+            followers[r] = fresh
+        self.followers = followers
         self.log.high_watermark = self.log.high_watermark  # the leader manages it from now on
 
     def update_assignment(self, now_ms: int) -> None:
@@ -57,6 +70,8 @@ class Partition:
             del self.followers[r]
 
     def resign(self) -> None:
+        if self.led_epoch >= 0:
+            self.leaderships += 1
         self.led_epoch = -1
         self.followers = {}
         self.pending_isr = None

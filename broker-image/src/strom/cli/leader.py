@@ -56,7 +56,9 @@ def cmd_elect(args: argparse.Namespace) -> int:
             for (t, p), err in sorted(results.items())]
     failed = [r for r in rows if r["error"]]
     summary = (f"{election.capitalize()} leader election succeeded (or was not needed) for "
-               f"{len(rows) - len(failed)} of {len(rows)} partition(s)")
+               f"{len(rows) - len(failed)} of {len(rows)} partition(s)" if rows else
+               "No partition needed a leader election (every one is led by its "
+               + ("preferred replica)" if election == "preferred" else "an in-sync replica)"))
     print(render({"election": election, "results": rows}, args.output,
                  view.results_table(rows, summary)))
     return 1 if failed else 0

@@ -34,6 +34,7 @@ class Shared:
     elect_requests: list[admin_pb2.ElectLeadersRequest] = field(default_factory=list)
     list_calls: list[int] = field(default_factory=list)
     down: set[int] = field(default_factory=set)
+    fenced: set[int] = field(default_factory=set)
 
 
 class FakeBroker(admin_pb2_grpc.AdminServicer, broker_pb2_grpc.BrokerServicer):
@@ -50,7 +51,8 @@ class FakeBroker(admin_pb2_grpc.AdminServicer, broker_pb2_grpc.BrokerServicer):
 
     def DescribeCluster(self, request: Any, context: Any) -> admin_pb2.DescribeClusterResponse:
         return admin_pb2.DescribeClusterResponse(
-            cluster_id="c", controller_id=1, fenced_broker_ids=[3], voters=[2, 1],
+            cluster_id="c", controller_id=1, fenced_broker_ids=[3, *self.shared.fenced],
+            voters=[2, 1],
             metadata_offset=42, answered_by=self.me, brokers=[
                 common_pb2.BrokerEndpoint(broker_id=b, host="127.0.0.1", port=p, rack="r")
                 for b, p in sorted(self.shared.ports.items())])
@@ -141,6 +143,15 @@ def test_list_without_the_leaders_answer_has_no_progress(fake: tuple[Shared, str
     assert by_partition[0].percent_done == 25.0
     assert by_partition[1].progress == {} and by_partition[1].percent_done is None
     assert by_partition[1].replicas == [1, 2, 3]
+
+
+def test_list_skips_fenced_brokers(fake: tuple[Shared, str]) -> None:
+    shared, bootstrap = fake
+    shared.fenced.add(2)
+    with Admin(bootstrap, request_timeout_ms=5000) as admin:
+        moves = admin.list_partition_reassignments()
+    assert shared.list_calls == [1]
+    assert [m.percent_done for m in moves] == [25.0, None]
 
 
 def test_alter_sends_targets_cancels_and_throttle(fake: tuple[Shared, str]) -> None:

@@ -324,9 +324,10 @@ class AsyncAdmin:
         return results
 
     async def _live_broker_addresses(self) -> list[str]:
-        """Every unfenced broker's address, from a fresh Metadata answer."""
-        response = await self._call("Metadata", broker_pb2.MetadataRequest(), broker_rpc=True)
-        addresses = sorted({f"{b.host}:{b.port}" for b in response.brokers})
+        """Every unfenced broker's address (a fenced one is down or not caught up: asking it
+        would only wait for its timeout)."""
+        cluster = await self.describe_cluster()
+        addresses = sorted({b.address for b in cluster.live_brokers})
         return addresses or self._conns.addresses()
 
     async def list_offsets(self, specs: Mapping[TopicPartition, str | int]

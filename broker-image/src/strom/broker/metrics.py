@@ -80,8 +80,12 @@ class BrokerMetrics:
         self.replication = replicas
 
     def watch_logs(self, source: Callable[[], Iterable[PartitionLog]]) -> None:
-        """Read log gauges from ``source()`` at scrape time."""
+        """Read log gauges from ``source()`` at scrape time (and, when ``source`` is a replica
+        manager's ``logs``, the replication metrics from that manager too)."""
         self._logs = source
+        owner = getattr(source, "__self__", None)
+        if isinstance(owner, ReplicaManager):
+            self.replication = owner
 
     def peer_seen(self, peer: str) -> None:
         self._peers[peer] = time.monotonic()

@@ -123,3 +123,16 @@ def test_log_without_snapshots_is_rebuilt_from_headers(tmp_path: Path) -> None:
         path.unlink()
     reopened = PartitionLog.open(tmp_path / "t-0", config, topic="t", partition=0)
     assert reopened.append_as_leader(batch(8, 0, 6), 0).duplicate
+
+
+def test_housekeeping_expires_idle_producers(tmp_path: Path, clock) -> None:  # type: ignore[no-untyped-def]
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), topic="t", partition=0, clock=clock,
+                            producer_id_expiration_ms=60_000)
+    b = BatchBuilder(batch_size=1 << 20, producer_id=9, producer_epoch=0, base_sequence=0)
+    b.append(None, b"x", clock.now)
+    log.append_as_leader(b.build(), 0)
+    log.maybe_roll()
+    assert 9 in log.producer_state.producers
+    clock.advance(11 * 60 * 1000)  # past the expiration and the 10-minute check interval
+    log.maybe_roll()
+    assert log.producer_state.producers == {}

@@ -22,6 +22,7 @@ from pathlib import Path
 from strom.protocol.errors import ErrorCode, StromError
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog, wall_clock_ms
+from strom.storage.producer_state import DEFAULT_EXPIRATION_MS
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,14 @@ class LogManager:
     """Owns the ``PartitionLog`` of every partition replica on this broker."""
 
     def __init__(self, log_dirs: Sequence[Path], default_config: LogConfig, *,
-                 clock: Callable[[], int] = wall_clock_ms) -> None:
+                 clock: Callable[[], int] = wall_clock_ms,
+                 producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required (log.dirs)")
         self.log_dirs = [Path(d) for d in log_dirs]
         self.default_config = default_config
         self._clock = clock
+        self.producer_id_expiration_ms = producer_id_expiration_ms  # producer.id.expiration.ms
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._deleted = 0
 
@@ -78,7 +81,8 @@ class LogManager:
         for done, (path, topic, partition) in enumerate(found, start=1):
             config = (topic_configs or {}).get(topic, self.default_config)
             self._logs[(topic, partition)] = PartitionLog.open(
-                path, config, topic=topic, partition=partition, clock=self._clock)
+                path, config, topic=topic, partition=partition, clock=self._clock,
+                producer_id_expiration_ms=self.producer_id_expiration_ms)
             now = time.monotonic()
             if now - last_report > _PROGRESS_SECONDS or done == len(found):
                 last_report = now
@@ -98,7 +102,8 @@ class LogManager:
                 counts[parent] += 1
         log_dir = min(self.log_dirs, key=lambda d: counts[d])
         plog = PartitionLog.open(log_dir / partition_dir_name(topic, partition), config,
-                                 topic=topic, partition=partition, clock=self._clock)
+                                 topic=topic, partition=partition, clock=self._clock,
+                                 producer_id_expiration_ms=self.producer_id_expiration_ms)
         self._logs[(topic, partition)] = plog
         return plog
 

@@ -37,7 +37,8 @@ _Parked = tuple[str, bytes | None, bytes | None, int | None, int, Sequence[Heade
 
 class AsyncProducer:
     """Kafka-style producer for asyncio. Use ``async with AsyncProducer(...) as p``, or
-    ``await p.start()`` ... ``await p.close()``."""
+    ``await p.start()`` ... ``await p.close()``. Same options and defaults as ``Producer``
+    (``acks="all"`` with idempotence)."""
 
     def __init__(self, bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
                  **options: Unpack[ProducerOptions]) -> None:

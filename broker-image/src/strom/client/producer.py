@@ -33,7 +33,11 @@ _EMPTY: tuple[Header, ...] = ()
 
 
 class Producer:
-    """Kafka-style producer. Thread-safe: ``send`` may be called from several threads."""
+    """Kafka-style producer. Thread-safe: ``send`` may be called from several threads.
+
+    Defaults as in Kafka 3: ``acks="all"`` with ``enable_idempotence`` on, so retries never
+    duplicate or reorder records; an explicit ``acks=0`` or ``1`` turns idempotence off.
+    """
 
     def __init__(self, bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
                  **options: Unpack[ProducerOptions]) -> None:

@@ -237,16 +237,32 @@ def demo_cluster(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             note("stopped the cluster the demo started")
 
 
+#: How long a new topic may take to reach every broker's metadata (the controller commits it
+#: first; each broker applies it a moment later).
+TOPIC_VISIBLE_TIMEOUT_S = 15.0
+
+
 def ensure_topic(admin: Any, topic: str, partitions: int) -> list[int]:
+    """Create ``topic`` (the cluster's default replication factor) and wait until it is seen."""
     try:
-        admin.create_topic(topic, partitions=partitions, replication_factor=1, configs={})
+        admin.create_topic(topic, partitions=partitions, replication_factor=-1, configs={})
         note(f"created topic {topic} with {partitions} partitions")
     except StromError as err:
         if err.code != ErrorCode.TOPIC_ALREADY_EXISTS:
             raise
         note(f"topic {topic} exists; appending to it")
-    (desc,) = admin.describe_topics([topic])
-    return sorted(p.partition for p in desc.partitions)
+    deadline = time.monotonic() + TOPIC_VISIBLE_TIMEOUT_S
+    while True:
+        try:
+            (desc,) = admin.describe_topics([topic])
+        except StromError as err:
+            if err.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+            continue
+        if all(p.leader >= 0 for p in desc.partitions) or time.monotonic() > deadline:
+            return sorted(p.partition for p in desc.partitions)
+        time.sleep(0.1)
 
 
 def produce_phase(

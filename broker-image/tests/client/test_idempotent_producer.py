@@ -30,6 +30,9 @@ def test_defaults_are_acks_all_with_idempotence() -> None:
     with pytest.raises(StromError) as info:
         ProducerSettings.build("h:1", acks=0, enable_idempotence=True)
     assert info.value.code is ErrorCode.INVALID_CONFIG
+    assert not ProducerSettings.build("h:1", retries=0).idempotence
+    with pytest.raises(ValueError, match="retries"):
+        ProducerSettings.build("h:1", retries=0, enable_idempotence=True)
 
 
 def test_batches_carry_producer_id_epoch_and_consecutive_sequences(
@@ -108,3 +111,13 @@ def test_init_producer_id_fatal_error_fails_the_sends(fake_cluster: FakeCluster)
     with (Producer(fake_cluster.bootstrap, retry_backoff_ms=5) as p,
           pytest.raises(StromError, match="enable_idempotence=False")):
         p.send("t", b"x").result(10)
+
+
+def test_duplicate_sequence_answer_counts_as_success(fake_cluster: FakeCluster) -> None:
+    fake_cluster.create_topic("t", 1)
+    fake_cluster.faults[("Produce", "t", 0)] = [ErrorCode.DUPLICATE_SEQUENCE_NUMBER]
+    with Producer(fake_cluster.bootstrap) as p:
+        p.send("t", b"x").result(10)  # no error: the broker already has the batch (as Kafka)
+        assert p.send("t", b"y").result(10).offset == 0
+    headers = _produced_headers(fake_cluster)
+    assert [(h.producer_epoch, h.base_sequence) for h in headers] == [(0, 0), (0, 1)]

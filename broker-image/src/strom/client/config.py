@@ -54,20 +54,24 @@ def parse_acks(acks: int | str) -> int:
     return acks
 
 
-def resolve_idempotence(acks: int | str | None, enable_idempotence: bool | None
-                        ) -> tuple[int, bool]:
+def resolve_idempotence(acks: int | str | None, enable_idempotence: bool | None,
+                        retries: int = 1) -> tuple[int, bool]:
     """(acks, idempotence) with Kafka 3's defaults: acks=all and idempotence on.
 
     Idempotence needs acks=all (a batch only the leader has can be lost in a failover, and its
-    retry would then not be recognised). Left unset, it follows acks: an explicit acks=0 or 1
-    turns it off; asked for explicitly with acks 0 or 1 it is a configuration error.
+    retry would then not be recognised) and retries. Left unset, it follows them: an explicit
+    acks=0 or 1, or retries=0, turns it off; asked for explicitly with those it is a
+    configuration error (Kafka's rules).
     """
     parsed = -1 if acks is None else parse_acks(acks)
     if enable_idempotence is None:
-        return parsed, parsed == -1
+        return parsed, parsed == -1 and retries > 0
     if enable_idempotence and parsed != -1:
         raise _bad(f"enable_idempotence=True needs acks='all' but acks={acks!r}; set acks='all' "
                    f"or enable_idempotence=False")
+    if enable_idempotence and retries <= 0:
+        raise _bad(f"enable_idempotence=True needs retries > 0 but retries={retries}; allow "
+                   f"retries or set enable_idempotence=False")
     return parsed, enable_idempotence
 
 

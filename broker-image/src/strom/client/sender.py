@@ -120,7 +120,7 @@ class ProducerSettings:
             raise StromError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         if linger_ms < 0:
             raise StromError(ErrorCode.INVALID_CONFIG, f"linger_ms={linger_ms} must be >= 0")
-        acks_value, idempotence = resolve_idempotence(acks, enable_idempotence)
+        acks_value, idempotence = resolve_idempotence(acks, enable_idempotence, retries)
         return cls(
             bootstrap=parse_bootstrap(bootstrap_servers), acks=acks_value,
             idempotence=idempotence,

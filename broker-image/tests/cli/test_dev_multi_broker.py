@@ -99,6 +99,10 @@ def test_three_broker_dev_cluster_and_a_reassignment(strom: Any, data_dir: Path,
               "--timeout", "90", env=env, timeout=150)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Plan: 3 of 3 partition(s) on their target replicas." in r.stdout
+    assert "Replication throttle removed (was 10000000 bytes/s)." in r.stdout
+    r = strom("reassign", "status", "-o", "json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["throttle_bytes_per_sec"] is None
 
     r = strom("topic", "describe", "moving", "-o", "json", env=env)
     assert r.returncode == 0, r.stderr

@@ -69,6 +69,11 @@ def test_plan_progress_is_done_only_at_the_target_and_not_moving() -> None:
     assert [r["done"] for r in rows] == [True, False]
     text = view.status_table({"reassignments": [], "plan": rows})
     assert "Plan: 1 of 2 partition(s) on their target replicas: waiting for t-1" in text
+    throttled = view.status_table({"reassignments": [], "throttle_bytes_per_sec": 1000})
+    assert "Replication throttle: 1000 bytes/s." in throttled
+    removed = view.status_table({"reassignments": [], "throttle_bytes_per_sec": 1000,
+                                 "throttle_removed": True})
+    assert "Replication throttle removed (was 1000 bytes/s)." in removed
 
 
 def test_results_table_lists_only_failures() -> None:

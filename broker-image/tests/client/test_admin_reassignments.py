@@ -171,6 +171,14 @@ def test_alter_sends_targets_cancels_and_throttle(fake: tuple[Shared, str]) -> N
         with pytest.raises(StromError) as info:
             admin.alter_partition_reassignments({("t", 0): [1]}, throttle_bytes_per_sec=-5)
         assert "throttle_bytes_per_sec" in info.value.message
+        admin.set_replication_throttle(None)
+        admin.set_replication_throttle(512)
+        with pytest.raises(StromError):
+            admin.set_replication_throttle(0)
+        assert admin.replication_throttle() is None  # the fake answers 0: none
+    remove, cap = shared.alter_requests[-2:]
+    assert (remove.throttle_bytes_per_sec, list(remove.partitions)) == (-1, [])
+    assert (cap.throttle_bytes_per_sec, list(cap.partitions)) == (512, [])
     request = shared.alter_requests[0]
     assert request.throttle_bytes_per_sec == 10_000_000 and not request.validate_only
     targets = {(t.topic, t.partition): (list(t.replicas), t.cancel) for t in request.partitions}

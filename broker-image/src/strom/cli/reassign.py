@@ -75,12 +75,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     status = cmds.add_parser(
         "status", help="reassignments in progress and how far they are",
         description="Show the reassignments in flight: replicas, adding, removing, progress %% "
-        "and offsets behind the leader. With --plan, also check the plan's partitions reached "
-        "their target replicas. Exit 0 when nothing is moving (or --plan is complete), 1 "
-        "otherwise.")
+        "and offsets behind the leader, and the replication throttle. With --plan, also check "
+        "the plan's partitions reached their target replicas, and remove the throttle once they "
+        "all did. Exit 0 when nothing is moving (or --plan is complete), 1 otherwise.")
     status.add_argument("--topics", default=None, metavar="A,B", help="only these topics")
     status.add_argument("--plan", type=Path, default=None, metavar="FILE",
                         help="the plan executed: report each of its partitions done or not")
+    status.add_argument("--preserve-throttle", action="store_true",
+                        help="with --plan: keep the replication throttle when the plan is done "
+                        "(default: remove it, as kafka-reassign-partitions --verify does)")
     status.add_argument("--watch", action="store_true",
                         help="redraw every --interval seconds until done (bounded by --timeout)")
     status.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
@@ -252,6 +255,7 @@ def snapshot(admin: Admin, topics: list[str] | None,
         data["plan"] = view.plan_progress(plan, current, in_flight)
         done = all(p["done"] for p in data["plan"])
     data["done"] = done
+    data["throttle_bytes_per_sec"] = admin.replication_throttle()
     return data
 
 
@@ -267,6 +271,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             data = snapshot(admin, topics, plan)
             if redraw:
                 sys.stdout.write("\x1b[H\x1b[2J")
+            if data["done"] and plan is not None and data["throttle_bytes_per_sec"] \
+                    and not args.preserve_throttle:
+                # Kafka's --verify: a finished reassignment should not keep throttling
+                admin.set_replication_throttle(None)
+                data["throttle_removed"] = True
             print(render(data, args.output, view.status_table(data)), flush=True)
             if data["done"] or not args.watch:
                 return 0 if data["done"] else 1

@@ -61,6 +61,11 @@ def status_table(data: Mapping[str, Any]) -> str:
                                    "LEADER", "PROGRESS", "BEHIND"), rows))
     else:
         parts.append("No reassignment in progress.")
+    throttle = data.get("throttle_bytes_per_sec")
+    if data.get("throttle_removed"):
+        parts.append(f"Replication throttle removed (was {throttle} bytes/s).")
+    elif throttle:
+        parts.append(f"Replication throttle: {throttle} bytes/s.")
     plan = data.get("plan")
     if plan is not None:
         done = sum(1 for p in plan if p["done"])

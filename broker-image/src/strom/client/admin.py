@@ -94,6 +94,12 @@ class Admin:
         return self._thread.run(self._aio.list_partition_reassignments(
             None if topics is None else list(topics)))
 
+    def replication_throttle(self) -> int | None:
+        return self._thread.run(self._aio.replication_throttle())
+
+    def set_replication_throttle(self, bytes_per_sec: int | None) -> None:
+        self._thread.run(self._aio.set_replication_throttle(bytes_per_sec))
+
     def elect_leaders(self, partitions: Iterable[tuple[str, int]] | None = None,
                       election: str = "preferred", *, raise_on_error: bool = True
                       ) -> dict[tuple[str, int], StromError | None]:

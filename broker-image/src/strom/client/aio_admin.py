@@ -301,6 +301,27 @@ class AsyncAdmin:
         return merge_reassignments(
             [r for response in responses for r in response.reassignments])
 
+    async def replication_throttle(self) -> int | None:
+        """The cluster-wide reassignment throttle in bytes/s (None when unthrottled)."""
+        response = await self._call("ListPartitionReassignments",
+                                    admin_pb2.ListPartitionReassignmentsRequest())
+        rate = int(response.throttle_bytes_per_sec)
+        return rate if rate > 0 else None
+
+    async def set_replication_throttle(self, bytes_per_sec: int | None) -> None:
+        """Set (N > 0) or remove (None) the throttle of replicas being added by reassignments.
+
+        Kafka leaves the throttle in place after a reassignment until ``--verify`` sees it done;
+        this is the call that removes it.
+        """
+        if bytes_per_sec is not None and bytes_per_sec < 1:
+            raise StromError(ErrorCode.INVALID_REQUEST,
+                             f"bytes_per_sec={bytes_per_sec}: give N > 0, or None to remove it")
+        await self._call("AlterPartitionReassignments",
+                         admin_pb2.AlterPartitionReassignmentsRequest(
+                             throttle_bytes_per_sec=-1 if bytes_per_sec is None
+                             else bytes_per_sec))
+
     async def elect_leaders(self, partitions: Iterable[PartitionKey] | None = None,
                             election: str = "preferred", *, raise_on_error: bool = True
                             ) -> dict[PartitionKey, StromError | None]:

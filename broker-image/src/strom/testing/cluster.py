@@ -61,7 +61,6 @@ CLUSTER_TEST_DEFAULTS: dict[str, str] = {
     "controller.election.timeout.ms": "500",
     "controller.heartbeat.interval.ms": "50",
     "replica.lag.time.max.ms": "3000",
-    "leader.imbalance.check.interval.ms": "1000",
     "shutdown.timeout.ms": "5000",
 }
 

@@ -15,10 +15,12 @@ Typical use::
         with running_cluster(tmp_path, brokers=3) as cluster, cluster.admin() as admin:
             admin.create_topic("t", partitions=1, replication_factor=3)
             cluster.wait_for_isr("t", 0, 3, timeout=20)
-            old = cluster.leader_of("t", 0)
+            old = cluster.wait_for_leader("t", 0, timeout=20)
             cluster.kill(old)
-            new = cluster.wait_until(lambda: cluster.leader_of("t", 0) not in (-1, old),
-                                     timeout=20, what="a new leader for t-0")
+            new = cluster.wait_for_leader("t", 0, timeout=20, not_in=[old])
+            cluster.restart(old)
+            cluster.wait_until(lambda: old not in cluster.describe().fenced_broker_ids,
+                               timeout=20, what=f"broker {old} unfenced again")
 
 Waiting is always bounded: :meth:`Cluster.wait_until` polls a predicate and raises
 :class:`ClusterTimeout` (an AssertionError, so pytest reports it as a failure) naming what it

@@ -55,7 +55,8 @@ class BrokerCore:
 
         link = ClusterLink(config, port, on_image)
         metadata = ClusterMetadata(link)
-        logs = LogManager(list(config.log_dirs), config.topic_defaults)
+        logs = LogManager(list(config.log_dirs), config.topic_defaults,
+                          producer_id_expiration_ms=int(config.get("producer.id.expiration.ms")))
 
         async def alter_isr(topic: str, partition: int, isr: tuple[int, ...],
                             expected_epoch: int) -> None:

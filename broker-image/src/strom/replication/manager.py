@@ -341,11 +341,12 @@ class ReplicaManager:
         plog, _ = self.leader_log(topic, partition, current_leader_epoch)
         hw = plog.high_watermark
         end = plog.log_end_offset
-        if offset < plog.log_start_offset or offset > max(hw, end):
+        if offset < plog.log_start_offset or offset > end:
             raise StromError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"fetch offset {offset} is out of range for {topic}-{partition}; valid offsets "
-                f"are [{plog.log_start_offset}, {hw}] (log start offset .. high watermark)",
+                f"are [{plog.log_start_offset}, {end}] (log start offset .. log end offset; "
+                f"records below the high watermark {hw} are readable)",
             )
         if offset >= hw:
             return ReadResult(b"", plog.log_start_offset, end, hw)

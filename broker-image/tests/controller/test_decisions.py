@@ -4,6 +4,8 @@ test that fencing never leaves a fenced leader or an ISR outside the replicas.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +19,7 @@ from strom.controller.decisions import (
     reassignment_cancel,
     reassignment_completions,
     reassignment_start,
+    shutdown_ready,
     unclean_election,
 )
 from strom.controller.metadata import (
@@ -48,7 +51,7 @@ class Log:
             self.offset += 1
             self.image.apply(self.offset, c)
 
-    def batch(self, commands: list[Command]) -> list[tuple[int, str]]:
+    def batch(self, commands: Sequence[Command]) -> list[tuple[int, str]]:
         self.apply(Batch(tuple(commands)))
         return list(self.image.errors)
 
@@ -340,3 +343,12 @@ def test_fencing_never_leaves_a_fenced_leader(case: tuple[Log, list[int]], victi
         assert p.leader == NO_LEADER or not log.image.brokers[p.leader].fenced
         assert p.leader == NO_LEADER or p.leader in p.isr
         assert p.isr, "the last in-sync replica stays in the ISR"
+
+
+def test_shutdown_ready_ignores_partitions_nobody_else_can_lead() -> None:
+    log = _with_topic(((0, 1), (0,)), n=2)
+    assert not shutdown_ready(log.image, 0)
+    assert shutdown_ready(log.image, 1)
+    log.batch(controlled_shutdown_changes(log.image, 0))
+    assert shutdown_ready(log.image, 0)
+    assert log.image.partition("t", 1).leader == 0

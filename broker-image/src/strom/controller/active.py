@@ -116,13 +116,19 @@ class ActiveController:
         self._shutting_down: dict[int, str] = {}
         """Broker id -> incarnation of brokers in controlled shutdown."""
         self._last_rebalance = 0.0
+        self._tick_lock = asyncio.Lock()
+        self._stopping = False
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.create_task(self._run(), name="active-controller")
 
     async def stop(self) -> None:
+        # The flag as well as cancel(): Python 3.11's wait_for can swallow a cancellation that
+        # arrives as the awaited proposal completes, and the loop must end anyway.
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -201,7 +207,7 @@ class ActiveController:
     # ---- the loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.run_once()
             except asyncio.CancelledError:
@@ -216,6 +222,10 @@ class ActiveController:
 
     async def run_once(self) -> None:
         """One tick: catch up after an election, then every periodic decision."""
+        async with self._tick_lock:
+            await self._tick()
+
+    async def _tick(self) -> None:
         node = self._driver.node
         if not node.is_leader:
             if self._term is not None:

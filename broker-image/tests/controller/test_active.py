@@ -1,0 +1,342 @@
+"""``ActiveController`` on a real one-voter ``QuorumDriver`` (in-memory log) with a fake clock.
+
+Brokers are simulated by their registrations, heartbeats and the ISR changes their partition
+leaders would propose; the controller must unfence caught-up brokers, fence silent ones and move
+their leaderships, give preferred leaders their leadership back, carry out controlled shutdowns,
+complete reassignments and elect leaders for leaderless partitions (unclean only when allowed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+
+import pytest
+
+from strom.controller.active import ActiveController, ControllerSettings
+from strom.controller.decisions import reassignment_start
+from strom.controller.driver import NotControllerError, QuorumDriver
+from strom.controller.messages import Message
+from strom.controller.metadata import (
+    NO_LEADER,
+    AlterConfigs,
+    ChangePartition,
+    Command,
+    CreateTopic,
+    Endpoint,
+    MetadataImage,
+    RegisterBroker,
+    encode_command,
+)
+from strom.controller.raft import RaftConfig
+from strom.controller.raftlog import MemoryRaftLog
+from strom.controller.transport import OnReply
+from strom.protocol.errors import ErrorCode, StromError
+
+SESSION_MS = 1000
+REBALANCE_MS = 5000
+
+
+class NoPeers:
+    def send(self, to: int, message: Message, on_reply: OnReply) -> None:
+        raise AssertionError("a single voter sends nothing")
+
+    def update_addresses(self, addresses: Mapping[int, str]) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Cluster:
+    def __init__(self, raft_log: MemoryRaftLog, clock: Clock, **settings: object) -> None:
+        self.clock = clock
+        self.driver = QuorumDriver(
+            RaftConfig(0, frozenset({0}), election_timeout_ms=50, heartbeat_interval_ms=10),
+            raft_log,
+            NoPeers(),
+            tick_ms=5,
+        )
+        config = ControllerSettings(
+            session_timeout_ms=SESSION_MS,
+            leader_imbalance_check_ms=REBALANCE_MS,
+            tick_ms=5,
+            ready_wait_s=5.0,
+            **settings,  # type: ignore[arg-type]
+        )
+        self.active = ActiveController(self.driver, config, clock=clock)
+        self.epochs: dict[int, int] = {}
+        self.incarnations: dict[int, str] = {}
+
+    async def start(self) -> None:
+        await self.driver.start()
+        await self.active.start()
+        await self.until(lambda i: self.active.active, "the controller to become active")
+
+    async def stop(self) -> None:
+        await self.active.stop()
+        await self.driver.stop()
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.driver.image
+
+    async def propose(self, command: Command) -> int:
+        return await self.driver.propose(encode_command(command))
+
+    async def register(self, broker: int, incarnation: str | None = None) -> None:
+        incarnation = incarnation or f"inc-{broker}"
+        endpoint = Endpoint("PLAINTEXT", "127.0.0.1", 9092 + broker)
+        self.epochs[broker] = await self.propose(RegisterBroker(broker, incarnation, (endpoint,)))
+        self.incarnations[broker] = incarnation
+
+    async def heartbeat(
+        self, broker: int, offset: int | None = None, shutdown: bool = False
+    ) -> tuple[bool, bool]:
+        r = await self.active.heartbeat(
+            broker,
+            self.incarnations[broker],
+            self.epochs[broker],
+            self.image.offset if offset is None else offset,
+            shutdown,
+        )
+        return r.fenced, r.shutdown_ready
+
+    async def live(self, *brokers: int) -> None:
+        for b in brokers:
+            await self.register(b)
+            assert await self.heartbeat(b) == (False, False)
+
+    async def advance(self, seconds: float, heartbeating: tuple[int, ...] = ()) -> None:
+        """Move the clock in steps of a tenth of a session, the given brokers heartbeating."""
+        step = SESSION_MS / 10_000
+        left = seconds
+        while left > 1e-9:
+            self.clock.now += min(step, left)
+            left -= step
+            for b in heartbeating:
+                await self.heartbeat(b)
+            await self.active.run_once()
+
+    async def until(
+        self, predicate: Callable[[MetadataImage], bool], what: str, timeout: float = 5.0
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate(self.image):
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.01)
+
+    def leader(self, topic: str, partition: int = 0) -> int:
+        return self.image.partition(topic, partition).leader
+
+    def isr(self, topic: str, partition: int = 0) -> list[int]:
+        return self.image.partition(topic, partition).isr
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    c = Cluster(MemoryRaftLog(), Clock(), cluster_id="test-cluster")
+    await c.start()
+    yield c
+    await c.stop()
+
+
+async def test_registration_then_heartbeat_unfences(cluster: Cluster) -> None:
+    assert cluster.image.cluster_id == "test-cluster"
+    await cluster.register(0)
+    assert cluster.image.brokers[0].fenced
+    # not caught up with its own registration yet: stays fenced
+    assert await cluster.heartbeat(0, offset=cluster.epochs[0] - 1) == (True, False)
+    assert cluster.image.brokers[0].fenced
+    assert await cluster.heartbeat(0) == (False, False)
+    assert not cluster.image.brokers[0].fenced
+
+
+async def test_stale_heartbeats_are_refused(cluster: Cluster) -> None:
+    await cluster.live(0)
+    for incarnation, epoch in (("other", cluster.epochs[0]), ("inc-0", cluster.epochs[0] + 1)):
+        with pytest.raises(StromError) as info:
+            await cluster.active.heartbeat(0, incarnation, epoch, cluster.image.offset, False)
+        assert info.value.code is ErrorCode.STALE_BROKER_EPOCH
+        assert "register again" in info.value.message
+    with pytest.raises(StromError) as info:
+        await cluster.active.heartbeat(7, "x", 1, 1, False)
+    assert info.value.code is ErrorCode.STALE_BROKER_EPOCH
+
+
+async def test_missing_heartbeats_fence_and_move_leadership_then_rebalance(
+    cluster: Cluster,
+) -> None:
+    await cluster.live(0, 1, 2)
+    await cluster.propose(CreateTopic("t", "tid", ((0, 1, 2), (1, 2, 0))))
+    assert cluster.leader("t") == 0
+    await cluster.advance(0.9, heartbeating=(0, 1, 2))
+    assert not cluster.image.brokers[0].fenced
+    await cluster.advance(1.2, heartbeating=(1, 2))
+    await cluster.until(lambda i: i.brokers[0].fenced, "broker 0 to be fenced")
+    assert not cluster.image.brokers[1].fenced and not cluster.image.brokers[2].fenced
+    assert cluster.leader("t", 0) == 1 and cluster.isr("t", 0) == [1, 2]
+    assert cluster.leader("t", 1) == 1 and cluster.isr("t", 1) == [1, 2]
+
+    # broker 0 restarts: a new registration, fenced until it has caught up with it
+    await cluster.register(0, "inc-0b")
+    assert await cluster.heartbeat(0, offset=cluster.epochs[0] - 1) == (True, False)
+    assert await cluster.heartbeat(0) == (False, False)
+    # it rejoins the ISR of t-0 (its leader, broker 1, would propose this)
+    p = cluster.image.partition("t", 0)
+    await cluster.propose(
+        ChangePartition("t", 0, isr=(1, 2, 0), expected_partition_epoch=p.partition_epoch)
+    )
+    assert cluster.leader("t", 0) == 1
+    await cluster.advance(REBALANCE_MS / 1000, heartbeating=(0, 1, 2))
+    await cluster.until(lambda i: i.partition("t", 0).leader == 0, "the preferred leader back")
+    assert cluster.leader("t", 1) == 1  # 0 is not in t-1's ISR: no election there
+
+
+async def test_no_rebalance_when_disabled() -> None:
+    c = Cluster(MemoryRaftLog(), Clock(), auto_leader_rebalance=False)
+    await c.start()
+    try:
+        assert len(c.image.cluster_id) == 32  # generated
+        await c.live(0, 1)
+        await c.propose(CreateTopic("t", "tid", ((0, 1),)))
+        await c.advance(1.5, heartbeating=(1,))
+        await c.until(lambda i: i.partition("t", 0).leader == 1, "leadership to move to 1")
+        await c.heartbeat(0)
+        assert not c.image.brokers[0].fenced
+        p = c.image.partition("t", 0)
+        await c.propose(
+            ChangePartition("t", 0, isr=(1, 0), expected_partition_epoch=p.partition_epoch)
+        )
+        await c.advance(2 * REBALANCE_MS / 1000, heartbeating=(0, 1))
+        assert c.leader("t") == 1
+    finally:
+        await c.stop()
+
+
+async def test_controlled_shutdown(cluster: Cluster) -> None:
+    await cluster.live(0, 1, 2)
+    await cluster.propose(CreateTopic("t", "tid", ((0, 1), (1, 0), (0,))))
+    fenced, ready = await cluster.heartbeat(0, shutdown=True)
+    assert not fenced and not ready  # it still leads t-0, which broker 1 can take over
+    await cluster.until(lambda i: i.partition("t", 0).leader == 1, "t-0 to move to broker 1")
+    await cluster.until(lambda i: i.brokers[0].fenced, "broker 0 to be fenced after shutdown")
+    assert cluster.isr("t", 0) == [1] and cluster.isr("t", 1) == [1]
+    assert cluster.leader("t", 1) == 1
+    # t-2 has no other replica: it stays with broker 0 until 0 is fenced, then has no leader
+    assert cluster.leader("t", 2) == NO_LEADER and cluster.isr("t", 2) == [0]
+    assert await cluster.heartbeat(0, shutdown=True) == (True, True)
+    await cluster.advance(0.5, heartbeating=(1, 2))
+    assert await cluster.heartbeat(0, shutdown=True) == (True, True)
+    assert cluster.image.brokers[0].fenced  # not unfenced while it still wants to shut down
+    # the preferred leader of t-0 is in controlled shutdown: no rebalance back to it
+    assert cluster.leader("t", 0) == 1
+
+
+async def test_shutdown_ready_at_once_when_it_leads_nothing_movable(cluster: Cluster) -> None:
+    await cluster.live(0, 1)
+    await cluster.propose(CreateTopic("t", "tid", ((1, 0), (0,))))
+    assert await cluster.heartbeat(0, shutdown=True) == (False, True)
+    await cluster.until(lambda i: i.brokers[0].fenced, "broker 0 to be fenced")
+    assert cluster.isr("t", 0) == [1] and cluster.leader("t", 0) == 1
+
+
+async def test_reassignment_completes_once_adding_replicas_are_in_sync(cluster: Cluster) -> None:
+    await cluster.live(0, 1, 2, 3)
+    await cluster.propose(CreateTopic("t", "tid", ((0, 1),)))
+    await cluster.propose(reassignment_start(cluster.image, "t", 0, [2, 3]))
+    assert cluster.image.partition("t", 0).replicas == [2, 3, 0, 1]
+    for isr in ((0, 1, 2), (0, 1, 2, 3)):
+        await cluster.active.run_once()
+        assert cluster.image.partition("t", 0).adding_replicas == [2, 3]
+        epoch = cluster.image.partition("t", 0).partition_epoch
+        await cluster.propose(ChangePartition("t", 0, isr=isr, expected_partition_epoch=epoch))
+    await cluster.until(lambda i: not i.partition("t", 0).adding_replicas, "the completion")
+    p = cluster.image.partition("t", 0)
+    assert (p.replicas, p.isr, p.leader, p.removing_replicas) == ([2, 3], [2, 3], 2, [])
+
+
+async def test_leaderless_partitions_unclean_only_when_allowed(cluster: Cluster) -> None:
+    await cluster.live(0, 1)
+    await cluster.propose(
+        CreateTopic("a", "ida", ((0, 1),), (("unclean.leader.election.enable", "true"),))
+    )
+    await cluster.propose(CreateTopic("b", "idb", ((0, 1),)))
+    await cluster.advance(1.2, heartbeating=(0,))
+    await cluster.until(lambda i: i.brokers[1].fenced, "broker 1 to be fenced")
+    await cluster.advance(1.2)
+    await cluster.until(lambda i: i.brokers[0].fenced, "broker 0 to be fenced")
+    for t in ("a", "b"):
+        assert cluster.leader(t) == NO_LEADER and cluster.isr(t) == [0]
+    # broker 1 (not in sync) comes back: only topic a may elect it
+    assert await cluster.heartbeat(1) == (False, False)
+    await cluster.until(lambda i: i.partition("a", 0).leader == 1, "the unclean election of a")
+    assert cluster.isr("a") == [1]
+    await cluster.advance(0.3, heartbeating=(1,))
+    assert cluster.leader("b") == NO_LEADER
+    await cluster.propose(
+        AlterConfigs("broker", "", set=(("unclean.leader.election.enable", "true"),))
+    )
+    await cluster.until(lambda i: i.partition("b", 0).leader == 1, "the cluster default to apply")
+    # broker 0 (in sync for nothing now) comes back: a clean leader exists everywhere
+    await cluster.heartbeat(0)
+    assert cluster.leader("a") == 1 and cluster.leader("b") == 1
+
+
+async def test_leaderless_partition_elects_a_clean_leader_when_it_returns(
+    cluster: Cluster,
+) -> None:
+    await cluster.live(0, 1)
+    await cluster.propose(CreateTopic("t", "tid", ((1, 0),)))
+    await cluster.advance(1.2, heartbeating=(0,))
+    await cluster.until(lambda i: i.brokers[1].fenced, "broker 1 to be fenced")
+    await cluster.advance(1.2)
+    await cluster.until(lambda i: i.brokers[0].fenced, "broker 0 to be fenced")
+    assert cluster.leader("t") == NO_LEADER and cluster.isr("t") == [0]
+    await cluster.heartbeat(1)
+    await cluster.advance(0.3, heartbeating=(1,))
+    assert cluster.leader("t") == NO_LEADER  # 1 is out of sync and unclean is off
+    await cluster.heartbeat(0)
+    await cluster.until(lambda i: i.partition("t", 0).leader == 0, "the clean election")
+
+
+async def test_a_new_leader_gives_every_unfenced_broker_a_fresh_session() -> None:
+    raft_log, clock = MemoryRaftLog(), Clock()
+    first = Cluster(raft_log, clock)
+    await first.start()
+    await first.live(0, 1)
+    cluster_id = first.image.cluster_id
+    await first.stop()
+    clock.now += 60  # long past every session while no controller ran
+    second = Cluster(raft_log, clock)
+    await second.start()
+    try:
+        assert second.image.cluster_id == cluster_id
+        await second.advance(0.8)
+        assert not second.image.brokers[0].fenced and not second.image.brokers[1].fenced
+        await second.advance(0.4)
+        await second.until(
+            lambda i: i.brokers[0].fenced and i.brokers[1].fenced, "both sessions to expire"
+        )
+    finally:
+        await second.stop()
+
+
+async def test_heartbeat_to_a_node_that_does_not_lead() -> None:
+    c = Cluster(MemoryRaftLog(), Clock())
+    await c.driver.start()  # no election has happened yet
+    try:
+        with pytest.raises(NotControllerError):
+            await c.active.heartbeat(0, "x", 1, 1, False)
+    finally:
+        await c.driver.stop()

@@ -537,6 +537,11 @@ def _check_cluster_keys(config: BrokerConfig) -> None:
         raise ConfigError(f"process.roles includes controller but broker.id={config.broker_id} "
                           f"is not in controller.quorum.voters ({sorted(voters)}); add it or "
                           f"set process.roles=broker")
+    if "controller" not in roles and config.broker_id in voters:
+        raise ConfigError(f"broker.id={config.broker_id} is also a controller voter id in "
+                          f"controller.quorum.voters but process.roles=broker; node ids are "
+                          f"shared by brokers and controllers: pick another broker.id or add "
+                          f"the controller role")
     if "controller" not in roles and not voters:
         raise ConfigError("process.roles=broker needs controller.quorum.voters (the "
                           "controllers to follow), e.g. 0@127.0.0.1:9092")

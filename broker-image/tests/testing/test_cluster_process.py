@@ -33,6 +33,11 @@ def test_three_brokers_form_a_cluster_and_fail_over(tmp_path: Path) -> None:
         cluster.restart(leader)
         cluster.wait_all_registered(timeout=30)
         cluster.wait_for_isr("t", 0, 3, timeout=60)
+        assert cluster.controller_id() in (0, 1, 2)
+        with cluster.admin() as admin:
+            admin.alter_partition_reassignments({("t", 0): [2, 1]})
+        cluster.wait_reassignments_done(["t"], timeout=30)
+        assert cluster.partition("t", 0).replicas == [2, 1]
         with pytest.raises(ClusterTimeout, match="never"):
             cluster.wait_until(lambda: False, timeout=0.2, what="never")
     for pid in pids:

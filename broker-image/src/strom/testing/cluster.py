@@ -266,7 +266,25 @@ class Cluster:
                    request_timeout_ms=2000, retry_backoff_ms=50) as admin:
             return admin.describe_cluster()
 
+    def controller_id(self) -> int:
+        """The active controller's broker id as DescribeCluster reports it (-1 if none)."""
+        return int(self.describe().controller_id)
+
     # -- bounded waits ------------------------------------------------------------------------
+
+    def wait_reassignments_done(self, topics: Sequence[str] | None = None,
+                                timeout: float = 60.0) -> None:
+        """Wait until no partition (of ``topics``) has a reassignment in flight."""
+        def check() -> bool:
+            from strom.client import Admin
+
+            live = ",".join(self.brokers[b].bootstrap for b in self.live_ids())
+            with Admin(live or self.bootstrap, request_timeout_ms=3000) as admin:
+                return not admin.list_partition_reassignments(topics)
+
+        self.wait_until(check, timeout, interval=0.2,
+                        what="reassignments" + (f" of {list(topics)}" if topics else "")
+                        + " to finish")
 
     def wait_until(self, predicate: Callable[[], T | None], timeout: float = 30.0, *,
                    what: str = "the condition", interval: float = 0.1) -> T:

@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     status = cmds.add_parser(
         "status", help="reassignments in progress and how far they are",
-        description="Show the reassignments in flight: replicas, adding, removing, progress %% "
+        description="Show the reassignments in flight: replicas, adding, removing, progress % "
         "and offsets behind the leader, and the replication throttle. With --plan, also check "
         "the plan's partitions reached their target replicas, and remove the throttle once they "
         "all did. Exit 0 when nothing is moving (or --plan is complete), 1 otherwise.")

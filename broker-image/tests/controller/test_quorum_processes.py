@@ -4,13 +4,15 @@ Checks, through the ``Quorum`` gRPC service: one voter elects itself and survive
 three voters elect exactly one leader and apply the same image; after ``kill -9`` of the leader a
 new one is elected and nothing committed is lost, and the killed node catches up from its disk log
 (and a snapshot); a paused (SIGSTOP) leader is replaced by one with a higher term and steps down
-when resumed, without losing an entry committed in its term.
+when resumed, without losing an entry committed in its term; broker heartbeats reach the active
+controller on whichever voter leads, before and after ``kill -9`` of the leader.
 
 Every child process is killed in the fixture finalizer; every wait is bounded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -72,6 +74,7 @@ class Quorum:
     root: Path
     compact_every: int
     nodes: dict[int, Node] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
 
     @property
     def voters_arg(self) -> str:
@@ -97,6 +100,7 @@ class Quorum:
                 str(HEARTBEAT_MS),
                 "--compact-every",
                 str(self.compact_every),
+                *self.extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -214,6 +218,13 @@ class Quorum:
                 time.sleep(0.1)
         raise AssertionError(f"proposal did not commit in {timeout}s\n{self.logs()}")
 
+    def wait_for(self, predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
+            time.sleep(0.05)
+
     def wait_same_image(self, among: list[int], topics: set[str], timeout: float = 15.0) -> bytes:
         """The image once every node in ``among`` has applied the same one, holding ``topics``."""
         deadline = time.monotonic() + timeout
@@ -235,8 +246,8 @@ class Quorum:
 def quorum(tmp_path: Path) -> Iterator[Callable[..., Quorum]]:
     made: list[Quorum] = []
 
-    def make(voters: int, compact_every: int = 1000) -> Quorum:
-        q = Quorum(tmp_path / f"q{len(made)}", compact_every)
+    def make(voters: int, compact_every: int = 1000, extra_args: tuple[str, ...] = ()) -> Quorum:
+        q = Quorum(tmp_path / f"q{len(made)}", compact_every, extra_args=extra_args)
         made.append(q)
         for i, port in enumerate(_free_ports(voters)):
             q.nodes[i] = Node(i, f"127.0.0.1:{port}", q.root / f"node{i}", q.root / f"node{i}.log")
@@ -280,6 +291,13 @@ def test_single_voter_elects_itself_commits_and_restarts(quorum: Callable[..., Q
     _setup_brokers(q, [0])
     first = q.propose(_topic("solo"), [0])
     assert first > 0
+
+    # The active controller writes the cluster id on its first leadership, concurrently.
+    def has_cluster_id() -> bool:
+        m = q.metadata(0)
+        return m is not None and json.loads(m.image)["cluster_id"] != ""
+
+    q.wait_for(has_cluster_id, "a cluster id")
     again = q.nodes[0].stub.Propose(quorum_pb2.ProposeRequest(command=_topic("solo")), timeout=5)
     assert ErrorCode(again.error.code) is ErrorCode.TOPIC_ALREADY_EXISTS
     before = q.wait_same_image([0], {"solo"})
@@ -397,3 +415,49 @@ async def test_quorum_client_follows_the_leader_through_failover(
         assert {"c0", "c1"} <= set(image.topics)
         view = await client.describe_quorum(client.leader)
         assert view.role == "leader" and view.term > term
+
+
+async def test_broker_heartbeats_reach_the_active_controller_through_failover(
+    quorum: Callable[..., Quorum],
+) -> None:
+    session_ms = 1500
+    q = quorum(3, extra_args=("--session-timeout-ms", str(session_ms), "--cluster-id", "c-1"))
+    leader, _ = q.wait_for_leader(ALL)
+    voters = {i: n.address for i, n in q.nodes.items()}
+    endpoint = Endpoint("PLAINTEXT", "127.0.0.1", 9092)
+    async with QuorumClient(voters) as client:
+        client.leader = next(i for i in ALL if i != leader)  # a stale guess: it must follow
+        epochs = {}
+        for b in (0, 1):
+            command = encode_command(RegisterBroker(b, f"inc-{b}", (endpoint,)))
+            epochs[b] = await client.propose(command)
+        for b in (0, 1):
+            r = await client.heartbeat(b, f"inc-{b}", epochs[b], epochs[b] - 1)
+            assert r.fenced and not r.shutdown_ready  # not caught up with its registration
+            r = await client.heartbeat(b, f"inc-{b}", epochs[b], epochs[b])
+            assert not r.fenced and r.leader_hint == leader
+        assert client.leader == leader
+        with pytest.raises(StromError) as info:
+            await client.heartbeat(0, "inc-old", epochs[0], epochs[0])
+        assert info.value.code is ErrorCode.STALE_BROKER_EPOCH
+        image = await client.describe_metadata(leader)
+        assert image.cluster_id == "c-1"
+        assert not image.brokers[0].fenced and not image.brokers[1].fenced
+
+        q.kill(leader)
+        r = await client.heartbeat(0, "inc-0", epochs[0], epochs[0], timeout_s=20)
+        assert not r.fenced and client.leader is not None and client.leader != leader
+        # Broker 0 keeps heartbeating and stays unfenced; silent broker 1 is fenced by the new
+        # active controller once its fresh session expires.
+        deadline = time.monotonic() + 3 * session_ms / 1000 + 10
+        while True:
+            r = await client.heartbeat(0, "inc-0", epochs[0], epochs[0], timeout_s=5)
+            assert not r.fenced
+            assert client.leader is not None
+            image = await client.describe_metadata(client.leader)
+            if image.brokers[1].fenced:
+                break
+            assert time.monotonic() < deadline, f"broker 1 never fenced\n{q.logs()}"
+            await asyncio.sleep(0.2)
+        assert not image.brokers[0].fenced and image.cluster_id == "c-1"
+        assert "fencing broker 1: no heartbeat" in q.logs()

@@ -246,6 +246,7 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
         DiskRaftLog(config.data_dir),
         GrpcTransport(peers),
         compact_every=config.compact_every,
+        manage_observers=True,  # brokers (process.roles=broker) follow the log as observers
     )
     active = ActiveController(driver, config.controller)
     server = grpc.aio.server(

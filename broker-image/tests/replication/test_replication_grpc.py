@@ -237,3 +237,20 @@ async def test_new_epoch_same_leader_keeps_waiting_acks_all(cluster: Cluster) ->
     result = await waiting
     assert cluster.nodes[1].log().log_end_offset > result.last_offset
     assert cluster.nodes[0].log().epochs == [(0, 0)]
+
+
+async def test_partition_added_to_a_busy_fetcher_does_not_wait_out_the_long_poll(
+        tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, (0, 1), fetch_wait_max_ms=5000)
+    try:
+        await _started(cluster, 0, 1)
+        cluster.set_view(_view(0, 0, (0, 1), (0, 1), topic="a"))
+        cluster.set_view(_view(0, 0, (0,), (0,), topic="b"))
+        await cluster.nodes[0].m.append("b", 0, _batch(0), 1, LogConfig(), 1000)
+        await asyncio.sleep(0.3)  # broker 1's fetcher is now parked in a 5 s long-poll on "a"
+        cluster.set_view(_view(0, 0, (0, 1), (0,), 1, topic="b"))
+        took = await wait_until(lambda: cluster.nodes[1].log("b").log_end_offset == 1,
+                                timeout_s=4, what="b fetched")
+        assert took < 2.0
+    finally:
+        await cluster.close()

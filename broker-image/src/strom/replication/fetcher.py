@@ -8,8 +8,11 @@ answer back. A partition the target says to delay (an error) is left out of requ
 delay passes; an unknown leader address or a failed call backs off exponentially, bounded by
 ``fetch_backoff_max_ms``, so a leader that comes back is found again within a second.
 
-A response for a partition whose leader epoch changed while the call was in flight is dropped;
-the target also drops one whose log end offset moved (truncated meanwhile).
+A partition added (or given a new epoch) while a long-poll is in flight interrupts it and the
+next request includes it at once: after a failover, partitions moving to a leader this broker
+already fetches from must not wait out ``replica.fetch.wait.max.ms``. A response for a partition
+whose leader epoch changed while the call was in flight is dropped; the target also drops one
+whose log end offset moved (truncated meanwhile).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class ReplicaFetcher:
         self._clock = clock
         self._partitions: dict[TopicPartition, _PartitionFetch] = {}
         self._wakeup = asyncio.Event()
+        self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._channel: grpc.aio.Channel | None = None
         self._stub: replica_pb2_grpc.ReplicaStub | None = None
@@ -92,6 +96,7 @@ class ReplicaFetcher:
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
         self._partitions[tp] = _PartitionFetch(leader_epoch)
         self._wakeup.set()
+        self._changed.set()
 
     def remove(self, tp: TopicPartition) -> None:
         self._partitions.pop(tp, None)
@@ -100,6 +105,8 @@ class ReplicaFetcher:
         """A new view for ``tp`` arrived: fetch it again at once with the new epoch."""
         state = self._partitions.get(tp)
         if state is not None:
+            if state.leader_epoch != leader_epoch or state.delayed_until:
+                self._changed.set()
             state.leader_epoch = leader_epoch
             state.delayed_until = 0.0
             self._wakeup.set()
@@ -150,6 +157,7 @@ class ReplicaFetcher:
             await asyncio.wait_for(self._wakeup.wait(), seconds)
 
     async def _fetch_once(self) -> None:
+        self._changed.clear()  # whatever changes from here on interrupts the next call
         now = self._clock()
         ready = {tp: st for tp, st in self._partitions.items() if st.delayed_until <= now}
         if not ready:
@@ -162,20 +170,22 @@ class ReplicaFetcher:
             self._warn(f"the address of leader broker {self.leader} is unknown")
             await self._sleep(backoff_s(self.failures, self._settings))
             return
+        ready = {tp: st for tp, st in self._partitions.items() if st.delayed_until <= now}
         request, sent = self._request(ready)
         if not request.partitions:
             await self._sleep(backoff_s(1, self._settings))
             return
         timeout = (self._settings.fetch_wait_max_ms + self._settings.fetch_timeout_ms) / 1000.0
         try:
-            response: replica_pb2.ReplicaFetchResponse = await stub.ReplicaFetch(
-                request, timeout=timeout)
+            response = await self._call(stub, request, timeout)
         except grpc.aio.AioRpcError as exc:
             self.failures += 1
             self._warn(f"ReplicaFetch from broker {self.leader} at {self._address} failed: "
                        f"{from_rpc_error(exc)}")
             await self._sleep(backoff_s(self.failures, self._settings))
             return
+        if response is None:
+            return  # interrupted: partitions were added or changed epoch
         self.failures = 0
         done = self._clock()
         for answer in response.partitions:
@@ -187,6 +197,24 @@ class ReplicaFetcher:
                                             answer)
             if delay > 0 and self._partitions.get(tp) is state:
                 state.delayed_until = done + delay
+
+    async def _call(self, stub: replica_pb2_grpc.ReplicaStub,
+                    request: replica_pb2.ReplicaFetchRequest, timeout: float
+                    ) -> replica_pb2.ReplicaFetchResponse | None:
+        """The call's response, or None if :meth:`add` / :meth:`undelay` interrupted the
+        long-poll (so a partition that just moved to this leader does not wait it out)."""
+        call = asyncio.ensure_future(stub.ReplicaFetch(request, timeout=timeout))
+        changed = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait((call, changed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            if not call.done():
+                call.cancel()
+        if call.cancelled():
+            return None
+        response: replica_pb2.ReplicaFetchResponse = call.result()
+        return response
 
     def _request(self, ready: dict[TopicPartition, _PartitionFetch]
                  ) -> tuple[replica_pb2.ReplicaFetchRequest, dict[TopicPartition, tuple[int, int]]]:

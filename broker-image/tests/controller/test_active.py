@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import pytest
 
@@ -28,10 +29,12 @@ from strom.controller.metadata import (
     RegisterBroker,
     encode_command,
 )
+from strom.controller.quorum_server import QuorumService
 from strom.controller.raft import RaftConfig
 from strom.controller.raftlog import MemoryRaftLog
 from strom.controller.transport import OnReply
 from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.v1 import quorum_pb2
 
 SESSION_MS = 1000
 REBALANCE_MS = 5000
@@ -340,3 +343,27 @@ async def test_heartbeat_to_a_node_that_does_not_lead() -> None:
             await c.active.heartbeat(0, "x", 1, 1, False)
     finally:
         await c.driver.stop()
+
+
+async def test_quorum_service_broker_heartbeat(cluster: Cluster) -> None:
+    await cluster.register(0)
+    service = QuorumService(cluster.driver, {0: "127.0.0.1:1"}, active=cluster.active)
+    context: Any = None  # the handler does not use it
+
+    def request(incarnation: str, offset: int) -> quorum_pb2.BrokerHeartbeatRequest:
+        return quorum_pb2.BrokerHeartbeatRequest(
+            broker_id=0,
+            incarnation_id=incarnation,
+            broker_epoch=cluster.epochs[0],
+            metadata_offset=offset,
+        )
+
+    r = await service.BrokerHeartbeat(request("inc-0", cluster.epochs[0] - 1), context)
+    assert not r.HasField("error") and r.fenced and r.leader_hint == 0
+    r = await service.BrokerHeartbeat(request("inc-0", cluster.epochs[0]), context)
+    assert not r.HasField("error") and not r.fenced and not r.shutdown_ready
+    r = await service.BrokerHeartbeat(request("inc-x", cluster.epochs[0]), context)
+    assert ErrorCode(r.error.code) is ErrorCode.STALE_BROKER_EPOCH and r.fenced
+    passive = QuorumService(cluster.driver, {0: "127.0.0.1:1"})
+    r = await passive.BrokerHeartbeat(request("inc-0", cluster.epochs[0]), context)
+    assert ErrorCode(r.error.code) is ErrorCode.NOT_CONTROLLER

@@ -9,12 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 
-from strom.client.aio_admin import AsyncAdmin
+from strom.client.aio_admin import AsyncAdmin, GroupTopics
 from strom.client.loop_thread import LoopThread
 from strom.client.models import (
     ClusterDescription,
     ConfigEntry,
+    GroupDescription,
+    GroupListing,
+    GroupPartitionLag,
     NewTopic,
+    OffsetReset,
     PartitionReassignment,
     TopicDescription,
     TopicPartition,
@@ -110,6 +114,42 @@ class Admin:
     def list_offsets(self, specs: Mapping[TopicPartition, str | int]
                      ) -> dict[TopicPartition, int]:
         return self._thread.run(self._aio.list_offsets(dict(specs)))
+
+    # --- consumer groups (see the AsyncAdmin methods) -------------------------------------
+    def find_coordinator(self, group_id: str) -> tuple[int, str]:
+        return self._thread.run(self._aio.find_coordinator(group_id))
+
+    def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+        return self._thread.run(self._aio.list_groups(None if states is None else list(states)))
+
+    def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        return self._thread.run(self._aio.describe_groups(list(group_ids)))
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        return self._thread.run(self._aio.describe_group(group_id))
+
+    def delete_groups(self, group_ids: Iterable[str], *, raise_on_error: bool = True
+                      ) -> dict[str, StromError | None]:
+        return self._thread.run(self._aio.delete_groups(list(group_ids),
+                                                        raise_on_error=raise_on_error))
+
+    def list_group_offsets(self, group_id: str,
+                           partitions: Iterable[TopicPartition] | None = None
+                           ) -> dict[TopicPartition, int]:
+        return self._thread.run(self._aio.list_group_offsets(
+            group_id, None if partitions is None else list(partitions)))
+
+    def group_lag(self, group_id: str) -> list[GroupPartitionLag]:
+        return self._thread.run(self._aio.group_lag(group_id))
+
+    def reset_group_offsets(self, group_id: str, topics: GroupTopics, spec: str | OffsetReset,
+                            *, dry_run: bool = False) -> dict[TopicPartition, int]:
+        return self._thread.run(self._aio.reset_group_offsets(group_id, list(topics), spec,
+                                                              dry_run=dry_run))
+
+    def commit_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]
+                             ) -> None:
+        self._thread.run(self._aio.commit_group_offsets(group_id, dict(offsets)))
 
     def close(self) -> None:
         if self._closed:

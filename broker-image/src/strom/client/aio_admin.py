@@ -1,17 +1,21 @@
-"""The asyncio ``AsyncAdmin``: topics, partitions, configs, cluster description, offsets.
+"""The asyncio ``AsyncAdmin``: topics, partitions, configs, cluster description, offsets, groups.
 
 Admin calls go to any broker (each forwards to the controller); a whole-call failure with a
 retriable code (NOT_CONTROLLER, NETWORK_EXCEPTION, ...) is retried on the next broker with backoff
 until ``request_timeout_ms``. Results are per resource, as in Kafka's admin API: the ``*_topics``
 methods return ``{name: StromError | None}`` and, by default, raise the first error after the call
 (``raise_on_error=False`` to inspect partial success). Everything else raises on any error.
+
+Group calls go to the group's coordinator (FindCoordinator, asked again whenever an answer says
+NOT_COORDINATOR or the coordinator is loading / unavailable), except ListGroups, which every live
+broker answers for the groups it coordinates.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -20,25 +24,45 @@ import grpc
 from strom.client.backoff import RetryPolicy
 from strom.client.config import parse_bootstrap, require_positive
 from strom.client.connections import Connections, rpc_error
+from strom.client.group_admin import (
+    description_from_proto,
+    merge_listings,
+    not_found_description,
+    partition_lags,
+    plan_reset,
+    require_inactive,
+)
 from strom.client.metadata import ClusterMetadata
 from strom.client.models import (
     BrokerDescription,
     ClusterDescription,
     ConfigEntry,
+    GroupDescription,
+    GroupListing,
+    GroupPartitionLag,
     NewTopic,
+    OffsetReset,
     PartitionDescription,
     PartitionReassignment,
     TopicDescription,
     TopicPartition,
 )
-from strom.client.offsets import list_offsets, parse_offset_spec
+from strom.client.offsets import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    list_offsets,
+    parse_offset_spec,
+)
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
-from strom.protocol.v1 import admin_pb2, broker_pb2, common_pb2
+from strom.protocol.v1 import admin_pb2, broker_pb2, common_pb2, group_pb2, group_pb2_grpc
 
 #: ``elect_leaders(election=...)`` values and their wire numbers (Kafka's ElectionType).
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 
 PartitionKey = tuple[str, int]
+
+#: What ``reset_group_offsets`` accepts for its topics: a topic (every partition) or one partition.
+GroupTopics = Iterable[str | TopicPartition | tuple[str, int]]
 
 
 def _result_error(code: int, message: str, what: str) -> StromError | None:
@@ -110,8 +134,10 @@ class AsyncAdmin:
         self._conns = Connections(parse_bootstrap(bootstrap_servers), self._metadata,
                                   request_timeout_ms)
         self._retry = RetryPolicy(retry_backoff_ms, max(retry_backoff_ms, retry_backoff_max_ms))
+        self._group_stubs: dict[str, group_pb2_grpc.GroupStub] = {}
 
-    async def _call(self, method: str, request: Any, *, broker_rpc: bool = False) -> Any:
+    async def _call(self, method: str, request: Any, *, broker_rpc: bool = False,
+                    group_rpc: bool = False) -> Any:
         deadline = time.monotonic() + self._timeout_ms / 1000.0
         attempt = 0
         last: StromError | None = None
@@ -121,6 +147,7 @@ class AsyncAdmin:
                 if left <= 0:
                     break
                 stub: Any = (self._conns.broker_stub_at(address) if broker_rpc
+                             else self._group_stub(address) if group_rpc
                              else self._conns.admin_stub_at(address))
                 try:
                     return await getattr(stub, method)(request, timeout=left)
@@ -360,6 +387,257 @@ class AsyncAdmin:
         wanted = {TopicPartition(*tp): parse_offset_spec(spec) for tp, spec in specs.items()}
         found = await list_offsets(self._conns, self._retry, wanted, self._timeout_ms / 1000.0)
         return {tp: off for tp, (off, _) in found.items()}
+
+    # --- consumer groups -----------------------------------------------------------------
+    def _group_stub(self, address: str) -> group_pb2_grpc.GroupStub:
+        stub = self._group_stubs.get(address)
+        if stub is None:
+            stub = self._group_stubs[address] = group_pb2_grpc.GroupStub(  # type: ignore[no-untyped-call]
+                self._conns.channel(address))
+        return stub
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self._timeout_ms / 1000.0
+
+    async def _backoff(self, attempt: int, deadline: float, last: StromError,
+                       what: str) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise StromError(last.code, f"{what}: {last.message} (gave up after "
+                             f"{self._timeout_ms} ms)")
+        await asyncio.sleep(min(left, self._retry.backoff(attempt) / 1000.0))
+
+    async def find_coordinator(self, group_id: str) -> tuple[int, str]:
+        """(broker id, address) of the broker coordinating ``group_id``."""
+        deadline = self._deadline()
+        attempt = 0
+        while True:
+            response = await self._call("FindCoordinator",
+                                        group_pb2.FindCoordinatorRequest(group_id=group_id),
+                                        group_rpc=True)
+            if not response.error_code:
+                c = response.coordinator
+                return c.broker_id, f"{c.host}:{c.port}"
+            err = StromError(error_code_from_int(response.error_code),
+                             response.error_message or f"no coordinator for {group_id!r}")
+            if not err.retriable:
+                raise err
+            attempt += 1
+            await self._backoff(attempt, deadline, err, f"find the coordinator of {group_id!r}")
+
+    async def _coordinator_call(self, group_id: str, method: str, request: Any,
+                                error_of: Callable[[Any], tuple[int, str]]) -> Any:
+        """``method`` on the coordinator of ``group_id``, found again after any retriable error.
+
+        ``error_of(response)`` picks the error code the call reports (group-level, or the one
+        group's result). REBALANCE_IN_PROGRESS is not retried: it would only wait out a
+        rebalance that admin calls have no part in.
+        """
+        deadline = self._deadline()
+        attempt = 0
+        while True:
+            try:
+                _, address = await self.find_coordinator(group_id)
+                left = max(0.001, deadline - time.monotonic())
+                response = await getattr(self._group_stub(address), method)(request,
+                                                                            timeout=left)
+                code, message = error_of(response)
+                if not code:
+                    return response
+                err = StromError(error_code_from_int(code),
+                                 message or f"{method} for group {group_id!r} failed")
+            except grpc.RpcError as exc:
+                err = rpc_error(exc)
+            if not err.retriable or err.code is ErrorCode.REBALANCE_IN_PROGRESS:
+                raise err
+            attempt += 1
+            await self._backoff(attempt, deadline, err, f"{method} for group {group_id!r}")
+
+    async def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+        """Every group of the cluster (optionally only those in ``states``, e.g. ``Empty``).
+
+        Each broker answers for the groups it coordinates, so every live broker is asked and
+        the answers merged; a broker that does not answer in time fails the call rather than
+        silently leaving its groups out.
+        """
+        wanted = list(states or ())
+        request = group_pb2.ListGroupsRequest(states=wanted)
+        addresses = await self._live_broker_addresses()
+        deadline = self._deadline()
+
+        async def ask(address: str) -> list[group_pb2.GroupListing]:
+            attempt = 0
+            while True:
+                try:
+                    response = await self._group_stub(address).ListGroups(
+                        request, timeout=max(0.001, deadline - time.monotonic()))
+                    if not response.error_code:
+                        return list(response.groups)
+                    err = StromError(error_code_from_int(response.error_code),
+                                     response.error_message or "ListGroups failed")
+                except grpc.RpcError as exc:
+                    err = rpc_error(exc)
+                if not err.retriable:
+                    raise err
+                attempt += 1
+                await self._backoff(attempt, deadline, err, f"list the groups of {address}")
+
+        answers = await asyncio.gather(*(ask(a) for a in addresses))
+        return merge_listings((g for answer in answers for g in answer), wanted)
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        """A group as its coordinator sees it; an unknown group is described as Dead."""
+        def error_of(r: Any) -> tuple[int, str]:
+            return (r.groups[0].error_code, r.groups[0].error_message) if r.groups else (0, "")
+
+        try:
+            response = await self._coordinator_call(
+                group_id, "DescribeGroups",
+                group_pb2.DescribeGroupsRequest(group_ids=[group_id]), error_of)
+        except StromError as err:
+            if err.code is ErrorCode.GROUP_ID_NOT_FOUND:
+                return not_found_description(group_id)
+            raise
+        if not response.groups:
+            return not_found_description(group_id)
+        return description_from_proto(response.groups[0])
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        """Each group from its own coordinator, in the order asked."""
+        return list(await asyncio.gather(*(self.describe_group(g) for g in group_ids)))
+
+    async def delete_groups(self, group_ids: Iterable[str], *, raise_on_error: bool = True
+                            ) -> dict[str, StromError | None]:
+        """Delete groups and their committed offsets; only groups without members
+        (NON_EMPTY_GROUP otherwise), as in Kafka."""
+        def error_of(r: Any) -> tuple[int, str]:
+            return (r.results[0].error_code, r.results[0].error_message) if r.results else (0, "")
+
+        async def one(group_id: str) -> StromError | None:
+            try:
+                await self._coordinator_call(
+                    group_id, "DeleteGroups",
+                    group_pb2.DeleteGroupsRequest(group_ids=[group_id]), error_of)
+            except StromError as err:
+                return err
+            return None
+
+        ids = list(dict.fromkeys(group_ids))
+        results = dict(zip(ids, await asyncio.gather(*(one(g) for g in ids)), strict=True))
+        if raise_on_error:
+            _raise_first(results)
+        return results
+
+    async def list_group_offsets(self, group_id: str,
+                                 partitions: Iterable[TopicPartition] | None = None
+                                 ) -> dict[TopicPartition, int]:
+        """{partition: committed offset} of the group; partitions without a commit are left
+        out (``partitions=None``: every partition the group committed)."""
+        request = group_pb2.OffsetFetchRequest(group_id=group_id, partitions=[
+            common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions or ()])
+        response = await self._coordinator_call(
+            group_id, "OffsetFetch", request, lambda r: (r.error_code, r.error_message))
+        out: dict[TopicPartition, int] = {}
+        for o in response.offsets:
+            tp = TopicPartition(o.topic, o.partition)
+            if o.error_code:
+                raise StromError(error_code_from_int(o.error_code),
+                                 f"committed offset of {group_id!r} on {tp} unreadable")
+            if o.offset >= 0:
+                out[tp] = o.offset
+        return out
+
+    async def _log_bounds(self, partitions: Iterable[TopicPartition]
+                          ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        tps = sorted(set(partitions))
+        if not tps:
+            return {}, {}
+        timeout = self._timeout_ms / 1000.0
+        starts, ends = await asyncio.gather(
+            list_offsets(self._conns, self._retry, dict.fromkeys(tps, EARLIEST_TIMESTAMP),
+                         timeout),
+            list_offsets(self._conns, self._retry, dict.fromkeys(tps, LATEST_TIMESTAMP),
+                         timeout))
+        return ({tp: o for tp, (o, _) in starts.items()},
+                {tp: o for tp, (o, _) in ends.items()})
+
+    async def group_lag(self, group_id: str) -> list[GroupPartitionLag]:
+        """Per partition the group committed or is assigned: committed, log start/end, lag and
+        owner (the table of ``strom group describe``). Log ends come from the partition
+        leaders' ListOffsets; see ``GroupPartitionLag.lag`` for partitions without a commit."""
+        description, committed = await asyncio.gather(self.describe_group(group_id),
+                                                      self.list_group_offsets(group_id))
+        assigned = {tp for m in description.members for tp in m.assignment}
+        starts, ends = await self._log_bounds(set(committed) | assigned)
+        return partition_lags(description, committed, starts, ends)
+
+    async def _resolve_partitions(self, topics: GroupTopics) -> list[TopicPartition]:
+        whole: list[str] = []
+        single: set[TopicPartition] = set()
+        for item in topics:
+            if isinstance(item, str):
+                whole.append(item)
+            else:
+                single.add(TopicPartition(*item))
+        names = sorted(set(whole) | {tp.topic for tp in single})
+        if not names:
+            raise StromError(ErrorCode.INVALID_REQUEST,
+                             "no topic given: name the topics (or topic partitions) to reset")
+        counts = {d.name: {p.partition for p in d.partitions}
+                  for d in await self.describe_topics(names)}
+        for tp in single:
+            if tp.partition not in counts.get(tp.topic, set()):
+                raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"{tp} does not exist: {tp.topic!r} has partitions "
+                                 f"{sorted(counts.get(tp.topic, set()))}")
+        out = set(single)
+        for name in whole:
+            out.update(TopicPartition(name, p) for p in counts.get(name, ()))
+        return sorted(out)
+
+    async def reset_group_offsets(self, group_id: str, topics: GroupTopics,
+                                  spec: str | OffsetReset, *, dry_run: bool = False
+                                  ) -> dict[TopicPartition, int]:
+        """Move the group's committed offsets (kafka-consumer-groups --reset-offsets).
+
+        ``topics``: names (every partition) and/or ``(topic, partition)`` pairs. ``spec``: an
+        ``OffsetReset`` or its text form (``earliest``, ``latest``, ``offset:N``,
+        ``datetime:ISO|MS``, ``shift:N``); results are clamped to [log start, log end]. Only
+        while the group has no members (NON_EMPTY_GROUP otherwise, checked first so the message
+        can say what to do). ``dry_run`` returns the plan without committing it.
+        """
+        reset = OffsetReset.parse(spec)
+        require_inactive(await self.describe_group(group_id))
+        partitions = await self._resolve_partitions(topics)
+        committed = await self.list_group_offsets(group_id, partitions)
+        starts, ends = await self._log_bounds(partitions)
+        by_time: dict[TopicPartition, int] | None = None
+        if reset.kind == "datetime":
+            found = await list_offsets(self._conns, self._retry,
+                                       dict.fromkeys(partitions, parse_offset_spec(reset.value)),
+                                       self._timeout_ms / 1000.0)
+            by_time = {tp: o for tp, (o, _) in found.items()}
+        plan = plan_reset(reset, partitions, committed, starts, ends, by_time)
+        if not dry_run:
+            await self.commit_group_offsets(group_id, plan)
+        return plan
+
+    async def commit_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]
+                                   ) -> None:
+        """An admin (generation -1) commit: the coordinator accepts it only while the group has
+        no members."""
+        request = group_pb2.OffsetCommitRequest(
+            group_id=group_id, generation=-1, member_id="",
+            partitions=[group_pb2.OffsetCommitPartition(topic=tp.topic, partition=tp.partition,
+                                                        offset=off, leader_epoch=-1)
+                        for tp, off in sorted(offsets.items())])
+        response = await self._coordinator_call(
+            group_id, "OffsetCommit", request, lambda r: (r.error_code, r.error_message))
+        for p in response.partitions:
+            if p.error_code:
+                raise StromError(error_code_from_int(p.error_code),
+                                 p.error_message or f"commit of {group_id!r} on "
+                                 f"{p.topic}-{p.partition} failed")
 
     async def close(self) -> None:
         await self._conns.close()

@@ -7,8 +7,11 @@ that the wire messages of ``strom.protocol.v1`` never leak into user code.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from strom.protocol.errors import ErrorCode, StromError
 
 #: ``Consumer.seek(tp, OFFSET_BEGINNING)`` moves to the log start offset (Kafka's -2).
 OFFSET_BEGINNING = -2
@@ -181,3 +184,166 @@ class PartitionReassignment:
             else:
                 fractions.append(min(1.0, leo / self.leader_log_end_offset))
         return round(100.0 * min(fractions), 1)
+
+
+# --- consumer groups (admin views) -----------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One group as ListGroups reports it; ``coordinator`` is the broker id that answered."""
+
+    group_id: str
+    state: str
+    protocol_type: str = "consumer"
+    coordinator: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberDescription:
+    """One member of a group. ``group_instance_id`` is None for a dynamic member; ``host`` is
+    None because the wire description does not carry the client's address."""
+
+    member_id: str
+    client_id: str
+    group_instance_id: str | None = None
+    host: str | None = None
+    subscribed_topics: list[str] = field(default_factory=list)
+    assignment: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A group as its coordinator sees it (Kafka's ConsumerGroupDescription).
+
+    ``state`` is Kafka's: Empty, PreparingRebalance, CompletingRebalance, Stable or Dead (Dead
+    also for a group the coordinator does not know).
+    """
+
+    group_id: str
+    state: str
+    protocol_type: str = ""
+    protocol: str = ""
+    generation: int = -1
+    leader_id: str = ""
+    members: list[GroupMemberDescription] = field(default_factory=list)
+    coordinator: int = -1
+
+    @property
+    def is_empty(self) -> bool:
+        """No live member: the only states in which offsets may be reset or the group deleted."""
+        return self.state in ("Empty", "Dead") and not self.members
+
+    def member_of(self, tp: TopicPartition) -> GroupMemberDescription | None:
+        for member in self.members:
+            if tp in member.assignment:
+                return member
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartitionLag:
+    """How far a group trails one partition; member fields are None when nobody owns it.
+
+    ``lag`` is ``log_end_offset - committed`` (never negative). A partition without a commit has
+    ``committed`` None and, by convention here, ``lag = log_end_offset - log_start_offset``: the
+    records a consumer starting from the earliest offset would still have to read.
+    """
+
+    topic: str
+    partition: int
+    committed: int | None
+    log_start_offset: int
+    log_end_offset: int
+    member_id: str | None = None
+    client_id: str | None = None
+    host: str | None = None
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def lag(self) -> int:
+        start = self.log_start_offset if self.committed is None else self.committed
+        return max(0, self.log_end_offset - max(start, 0))
+
+
+#: ``OffsetReset.kind`` values (kafka-consumer-groups --reset-offsets scenarios).
+RESET_KINDS = ("earliest", "latest", "offset", "datetime", "shift")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    """Where ``reset_group_offsets`` moves a group: build with the class methods.
+
+    ``value`` is the offset (``offset``), the timestamp in ms (``datetime``) or the signed shift
+    (``shift``); every result is clamped to [log start, log end], as Kafka's tool does.
+    """
+
+    kind: str
+    value: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in RESET_KINDS:
+            raise StromError(ErrorCode.INVALID_REQUEST,
+                             f"offset reset kind {self.kind!r} is not one of "
+                             f"{', '.join(RESET_KINDS)}")
+        if self.kind in ("offset", "datetime") and self.value < 0:
+            what = "offset" if self.kind == "offset" else "timestamp (ms)"
+            raise StromError(ErrorCode.INVALID_REQUEST,
+                             f"reset {what} {self.value} is negative; give a value >= 0")
+
+    @classmethod
+    def earliest(cls) -> OffsetReset:
+        return cls("earliest")
+
+    @classmethod
+    def latest(cls) -> OffsetReset:
+        return cls("latest")
+
+    @classmethod
+    def to_offset(cls, offset: int) -> OffsetReset:
+        return cls("offset", int(offset))
+
+    @classmethod
+    def shift_by(cls, delta: int) -> OffsetReset:
+        return cls("shift", int(delta))
+
+    @classmethod
+    def to_datetime(cls, when: int | str) -> OffsetReset:
+        """``when``: ms since the epoch, or ISO-8601 (no zone = UTC, so the machine's zone
+        does not change the result)."""
+        if isinstance(when, int):
+            return cls("datetime", when)
+        text = when.strip()
+        if text.lstrip("-").isdigit():
+            return cls("datetime", int(text))
+        try:
+            moment = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise StromError(ErrorCode.INVALID_REQUEST,
+                             f"to_datetime {when!r} is not ms since the epoch or ISO-8601 "
+                             "(e.g. 2024-05-01T12:00:00Z)") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return cls("datetime", int(moment.timestamp() * 1000))
+
+    @classmethod
+    def parse(cls, spec: str | OffsetReset) -> OffsetReset:
+        """``earliest`` / ``latest`` / ``offset:N`` / ``datetime:WHEN`` / ``shift:N``."""
+        if isinstance(spec, OffsetReset):
+            return spec
+        kind, _, value = spec.strip().partition(":")
+        kind = kind.lower().replace("_", "-")
+        aliases = {"to-earliest": "earliest", "to-latest": "latest", "to-offset": "offset",
+                   "to-datetime": "datetime", "shift-by": "shift"}
+        kind = aliases.get(kind, kind)
+        if kind in ("earliest", "latest") and not value:
+            return cls(kind)
+        if kind == "datetime" and value:
+            return cls.to_datetime(value)
+        if kind in ("offset", "shift") and value.strip().lstrip("-").isdigit():
+            return cls(kind, int(value))
+        raise StromError(ErrorCode.INVALID_REQUEST,
+                         f"offset reset {spec!r} is not valid; use earliest, latest, offset:N, "
+                         "datetime:ISO-8601|MS or shift:N")

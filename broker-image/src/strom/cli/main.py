@@ -17,7 +17,18 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from strom import __version__
-from strom.cli import broker_cmd, cluster, consume, dev, leader, offsets, produce, reassign, topic
+from strom.cli import (
+    broker_cmd,
+    cluster,
+    consume,
+    dev,
+    group,
+    leader,
+    offsets,
+    produce,
+    reassign,
+    topic,
+)
 from strom.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, CliError
 from strom.protocol.errors import ErrorCode, StromError
 
@@ -40,7 +51,8 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action="version", version=f"strom {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (broker_cmd, dev, topic, produce, consume, offsets, cluster, reassign, leader):
+    for module in (broker_cmd, dev, topic, produce, consume, offsets, group, cluster, reassign,
+                   leader):
         module.register(sub)
     return parser
 

@@ -22,8 +22,6 @@ Not supported: transactions.
 from __future__ import annotations
 
 import asyncio
-import inspect
-from typing import Any
 
 from strom.broker.core import BrokerCore
 from strom.broker.requests import require_topic_names
@@ -61,9 +59,9 @@ async def _produce_one(core: BrokerCore, data: broker_pb2.PartitionProduceData, 
                        timeout_ms: int, out: broker_pb2.PartitionProduceResponse) -> None:
     metrics = core.metrics
     try:
-        record = await _maybe_await(core.metadata.topic(data.topic))
+        record = core.metadata.topic(data.topic)
         if record is None:
-            record = await _maybe_await(core.topics.auto_create(data.topic))
+            record = await core.topics.auto_create(data.topic)
         if record is None:
             raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"topic {data.topic!r} does not exist; create it first (or enable "
@@ -87,10 +85,3 @@ async def _produce_one(core: BrokerCore, data: broker_pb2.PartitionProduceData, 
     out.log_start_offset = plog.log_start_offset if plog is not None else 0
     metrics.bytes_in.labels(data.topic).inc(result.size_bytes)
     metrics.messages_in.labels(data.topic).inc(result.record_count)
-
-
-async def _maybe_await(value: Any) -> Any:
-    """Tolerates the sync metadata/topic calls until the cluster rewrite makes them async."""
-    if inspect.isawaitable(value):
-        return await value
-    return value

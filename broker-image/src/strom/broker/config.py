@@ -133,6 +133,29 @@ _KEYS: tuple[_Key, ...] = (
              "(may lose acknowledged records)."),
     _Key("producer.id.expiration.ms", "int", 86_400_000, 1000, 2**31 - 1,
          "Forget an idempotent producer's sequence state after this long without writes."),
+    # -- consumer groups (coordinator, __consumer_offsets) ---------------------------------------
+    _Key("offsets.topic.num.partitions", "int", 10, 1, 10_000,
+         "Partitions of __consumer_offsets, fixed once the topic exists (Kafka: 50; fewer "
+         "here because every partition led by a broker costs a loaded coordinator and a timer, "
+         "and a Python broker hosts far fewer groups than a JVM one)."),
+    _Key("offsets.topic.replication.factor", "int", 3, 1, 32767,
+         "Replication factor of __consumer_offsets (capped at the live brokers when the topic "
+         "is created, so a dev cluster of one still works)."),
+    _Key("offsets.retention.minutes", "int", 10080, 1, 2**31 - 1,
+         "Committed offsets of an empty group are deleted this long after it became empty."),
+    _Key("offsets.retention.check.interval.ms", "int", 600_000, 100, 2**31 - 1,
+         "How often expired committed offsets are looked for."),
+    _Key("offsets.commit.timeout.ms", "int", 5000, 1, 2**31 - 1,
+         "An offset commit (and a group metadata write) waits this long for the in-sync "
+         "replicas of __consumer_offsets."),
+    _Key("group.min.session.timeout.ms", "int", 6000, 1, 2**31 - 1,
+         "Smallest session.timeout.ms a consumer may ask for."),
+    _Key("group.max.session.timeout.ms", "int", 1_800_000, 1, 2**31 - 1,
+         "Largest session.timeout.ms a consumer may ask for."),
+    _Key("group.initial.rebalance.delay.ms", "int", 3000, 0, 2**31 - 1,
+         "The first rebalance of an empty group waits this long for more members to join."),
+    _Key("group.max.size", "int", 2**31 - 1, 1, 2**31 - 1,
+         "Most members one group may have (default: unlimited)."),
 )
 
 KEYS: dict[str, _Key] = {k.name: k for k in _KEYS}

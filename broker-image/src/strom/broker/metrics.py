@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -36,6 +37,8 @@ from strom.replication.manager import ReplicaManager
 from strom.storage.log import PartitionLog
 
 PEER_WINDOW_S = 60.0
+_REBALANCE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 _MAX_PEERS = 10_000
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -74,6 +77,15 @@ class BrokerMetrics:
         r.register(_LogCollector(self))
         self.replication: ReplicaManager | None = None
         r.register(_ReplicationCollector(self))
+        self.group_rebalances = Counter("strom_consumer_group_rebalances", "Rebalances started "
+                                        "by groups this broker coordinates.", ["group"],
+                                        registry=r)
+        self.group_rebalance_duration = Histogram(
+            "strom_consumer_group_rebalance_duration_seconds", "From the start of a rebalance "
+            "to the leader's assignment (SyncGroup).", ["group"], buckets=_REBALANCE_BUCKETS,
+            registry=r)
+        self.groups: GroupsSource | None = None
+        r.register(_GroupCollector(self))
 
     def watch_replicas(self, replicas: ReplicaManager) -> None:
         """Read replication gauges and counters from ``replicas`` at scrape time."""
@@ -86,6 +98,16 @@ class BrokerMetrics:
         owner = getattr(source, "__self__", None)
         if isinstance(owner, ReplicaManager):
             self.replication = owner
+
+    def watch_groups(self, source: GroupsSource) -> None:
+        """Read group states and committed offsets from ``source`` at scrape time."""
+        self.groups = source
+
+    def rebalance_started(self, group_id: str) -> None:
+        self.group_rebalances.labels(group_id).inc()
+
+    def rebalance_completed(self, group_id: str, duration_ms: int) -> None:
+        self.group_rebalance_duration.labels(group_id).observe(duration_ms / 1000)
 
     def peer_seen(self, peer: str) -> None:
         self._peers[peer] = time.monotonic()
@@ -108,6 +130,50 @@ class BrokerMetrics:
 
     def logs(self) -> Iterable[PartitionLog]:
         return self._logs()
+
+
+class GroupsSource(Protocol):
+    """The group coordinator, as the metrics see it."""
+
+    def group_states(self) -> Mapping[str, int]: ...
+
+    def committed_offsets(self) -> Iterator[tuple[str, str, int, int, int | None]]: ...
+
+
+class _GroupCollector(Collector):
+    """Consumer groups this broker coordinates: how many per state, and per group and partition
+    the committed offset and the lag (high watermark minus committed, never negative), for
+    partitions whose high watermark this broker knows (it hosts a replica); lag is left out
+    elsewhere rather than guessed. A scrape of every broker covers every group once."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        source = self._metrics.groups
+        if source is None:
+            return
+        states = GaugeMetricFamily("strom_consumer_groups", "Groups this broker coordinates, "
+                                   "by state.", labels=["state"])
+        counts = source.group_states()
+        for state in _GROUP_STATES:
+            states.add_metric([state], counts.get(state, 0))
+        yield states
+        labels = ["group", "topic", "partition"]
+        committed = GaugeMetricFamily("strom_consumer_group_committed_offset", "Last committed "
+                                      "offset of a group on a partition.", labels=labels)
+        lag = GaugeMetricFamily("strom_consumer_group_lag", "High watermark minus committed "
+                                "offset (records the group has yet to consume).", labels=labels)
+        for group, topic, partition, offset, high_watermark in source.committed_offsets():
+            key = [group, topic, str(partition)]
+            committed.add_metric(key, offset)
+            if high_watermark is not None:
+                lag.add_metric(key, max(high_watermark - offset, 0))
+        yield committed
+        yield lag
 
 
 class _LogCollector(Collector):

@@ -35,6 +35,7 @@ PARTITION_METADATA = "partition.metadata"
 THROTTLE_KEY = "replication.throttled.rate"
 
 TopicPartition = tuple[str, int]
+LeadershipListener = Callable[[str, int, int | None], None]
 
 
 def view_of(name: str, index: int, topic: TopicState) -> PartitionView:
@@ -69,8 +70,13 @@ class MetadataPublisher:
 
     def __init__(self, broker_id: int, logs: LogManager, replicas: ReplicaManager,
                  topic_defaults: LogConfig,
-                 on_topic_deleted: Callable[[str], None] | None = None) -> None:
+                 on_topic_deleted: Callable[[str], None] | None = None,
+                 on_leadership: LeadershipListener | None = None) -> None:
         self.broker_id = broker_id
+        self.on_leadership = on_leadership
+        """Told (topic, partition, leader epoch or None) when this broker starts or stops leading
+        a partition, after the replica manager applied it (the group coordinator loads and
+        unloads ``__consumer_offsets`` partitions on it)."""
         self._logs = logs
         self._replicas = replicas
         self._defaults = topic_defaults
@@ -110,7 +116,9 @@ class MetadataPublisher:
             topic = image.topics.get(tp[0])
             deleted = topic is None or topic.topic_id != self._published_topic_ids.get(tp)
             self._replicas.remove_partition(tp[0], tp[1], delete=True)
-            self._published.pop(tp, None)
+            dropped = self._published.pop(tp, None)
+            if dropped is not None and dropped.leader == self.broker_id:
+                self._leadership_changed(tp, None)
             self._published_topic_ids.pop(tp, None)
             log.info("%s-%d: %s; its log is deleted", tp[0], tp[1],
                      "topic deleted" if deleted else "no longer a replica here")
@@ -128,6 +136,7 @@ class MetadataPublisher:
             if old is None:
                 self._ensure_topic_id(tp, topic.topic_id)
             self._replicas.apply_partition(view, config)
+            self._maybe_leadership_changed(tp, old, view)
             plog = self._replicas.get(*tp)
             if old is None and plog is not None and read_topic_id(plog.directory) is None:
                 write_topic_id(plog.directory, topic.topic_id)
@@ -140,6 +149,21 @@ class MetadataPublisher:
         if spent > 0.5:
             log.warning("publishing metadata offset %d took %.2fs (%d partitions here)",
                         image.offset, spent, len(wanted))
+
+    def _maybe_leadership_changed(self, tp: TopicPartition, old: PartitionView | None,
+                                  new: PartitionView) -> None:
+        was = old is not None and old.leader == self.broker_id
+        now = new.leader == self.broker_id
+        if was != now or (now and old is not None and old.leader_epoch != new.leader_epoch):
+            self._leadership_changed(tp, new.leader_epoch if now else None)
+
+    def _leadership_changed(self, tp: TopicPartition, leader_epoch: int | None) -> None:
+        if self.on_leadership is None:
+            return
+        try:
+            self.on_leadership(tp[0], tp[1], leader_epoch)
+        except Exception:
+            log.exception("%s-%d: leadership listener failed", *tp)
 
     # -- topic ids on disk ----------------------------------------------------------------------
 

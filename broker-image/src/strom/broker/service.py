@@ -18,6 +18,8 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from strom.broker import admin, fetch, metadata_rpc, offsets, produce, replica_fetch
+from strom.broker.coordinator import handlers as groups
+from strom.broker.coordinator.coordinator import GroupCoordinator
 from strom.broker.core import BrokerCore
 from strom.broker.producer_ids import handle_init_producer_id
 from strom.protocol.errors import ErrorCode, StromError
@@ -27,6 +29,8 @@ from strom.protocol.v1 import (
     admin_pb2_grpc,
     broker_pb2,
     broker_pb2_grpc,
+    group_pb2,
+    group_pb2_grpc,
     replica_pb2,
     replica_pb2_grpc,
 )
@@ -157,3 +161,70 @@ class ReplicaService(replica_pb2_grpc.ReplicaServicer):
     async def ReplicaFetch(self, request: replica_pb2.ReplicaFetchRequest, context: Context
                            ) -> replica_pb2.ReplicaFetchResponse:
         return await call(self.core, "ReplicaFetch", replica_fetch.handle, request, context)
+
+
+class GroupService(group_pb2_grpc.GroupServicer):
+    """Consumer groups (``strom.v1.Group``), served by this broker's group coordinator."""
+
+    def __init__(self, core: BrokerCore, coordinator: GroupCoordinator) -> None:
+        self.core = core
+        self.coordinator = coordinator
+
+    def _bind(self, handler: Callable[[GroupCoordinator, Req], Awaitable[Resp]]
+              ) -> Callable[[BrokerCore, Req], Awaitable[Resp]]:
+        coordinator = self.coordinator
+
+        async def bound(core: BrokerCore, request: Req) -> Resp:
+            return await handler(coordinator, request)
+
+        return bound
+
+    async def FindCoordinator(self, request: group_pb2.FindCoordinatorRequest,
+                              context: Context) -> group_pb2.FindCoordinatorResponse:
+        return await call(self.core, "FindCoordinator", self._bind(groups.find_coordinator),
+                          request, context)
+
+    async def JoinGroup(self, request: group_pb2.JoinGroupRequest, context: Context
+                        ) -> group_pb2.JoinGroupResponse:
+        return await call(self.core, "JoinGroup", self._bind(groups.join_group), request,
+                          context)
+
+    async def SyncGroup(self, request: group_pb2.SyncGroupRequest, context: Context
+                        ) -> group_pb2.SyncGroupResponse:
+        return await call(self.core, "SyncGroup", self._bind(groups.sync_group), request,
+                          context)
+
+    async def Heartbeat(self, request: group_pb2.HeartbeatRequest, context: Context
+                        ) -> group_pb2.HeartbeatResponse:
+        return await call(self.core, "Heartbeat", self._bind(groups.heartbeat), request,
+                          context)
+
+    async def LeaveGroup(self, request: group_pb2.LeaveGroupRequest, context: Context
+                         ) -> group_pb2.LeaveGroupResponse:
+        return await call(self.core, "LeaveGroup", self._bind(groups.leave_group), request,
+                          context)
+
+    async def OffsetCommit(self, request: group_pb2.OffsetCommitRequest, context: Context
+                           ) -> group_pb2.OffsetCommitResponse:
+        return await call(self.core, "OffsetCommit", self._bind(groups.offset_commit), request,
+                          context)
+
+    async def OffsetFetch(self, request: group_pb2.OffsetFetchRequest, context: Context
+                          ) -> group_pb2.OffsetFetchResponse:
+        return await call(self.core, "OffsetFetch", self._bind(groups.offset_fetch), request,
+                          context)
+
+    async def ListGroups(self, request: group_pb2.ListGroupsRequest, context: Context
+                         ) -> group_pb2.ListGroupsResponse:
+        return await call(self.core, "ListGroups", self._bind(groups.list_groups), request,
+                          context)
+
+    async def DescribeGroups(self, request: group_pb2.DescribeGroupsRequest, context: Context
+                             ) -> group_pb2.DescribeGroupsResponse:
+        return await call(self.core, "DescribeGroups", self._bind(groups.describe_groups),
+                          request, context)
+
+    async def DeleteGroups(self, request: group_pb2.DeleteGroupsRequest, context: Context
+                           ) -> group_pb2.DeleteGroupsResponse:
+        return await call(self.core, "DeleteGroups", self._bind(groups.delete_groups), request,
+                          context)

@@ -670,8 +670,9 @@ class Group:
         self._initial_join_start_ms = None
         self.generation += 1
         if not self.members:
+            # The protocol type stays (as in Kafka): an empty *consumer* group's offsets expire
+            # from the time it became empty (KIP-211), which needs to know it was one.
             self.protocol_name = None
-            self.protocol_type = None
             self.leader_id = None
             self._rebalance_start_ms = None
             self._set_state(GroupState.EMPTY)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,11 +21,20 @@ import grpc
 import grpc.aio
 import pytest
 
+from strom.groups import membership as gm
 from strom.protocol.batch import parse_header, patch_offsets, validate_batches
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches
 from strom.protocol.status import to_grpc_status
-from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, common_pb2
+from strom.protocol.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    broker_pb2,
+    broker_pb2_grpc,
+    common_pb2,
+    group_pb2,
+    group_pb2_grpc,
+)
 
 
 @dataclass
@@ -51,6 +61,7 @@ class FakeCluster:
         # Produce answers lost after the append (the client sees a timeout): (topic, partition)
         self.lost_answers: dict[tuple[str, int], int] = defaultdict(int)
         self.next_producer_id = 1000
+        self.group_coordinator = FakeGroups(self)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
@@ -69,6 +80,7 @@ class FakeCluster:
                                           ("grpc.max_send_message_length", -1)])
         broker_pb2_grpc.add_BrokerServicer_to_server(_FakeBroker(self, broker_id), server)
         admin_pb2_grpc.add_AdminServicer_to_server(_FakeAdmin(self, broker_id), server)
+        group_pb2_grpc.add_GroupServicer_to_server(_FakeGroup(self, broker_id), server)
         self.ports[broker_id] = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         self.servers[broker_id] = server
@@ -87,6 +99,7 @@ class FakeCluster:
         return self.topics[topic][partition].next_offset
 
     def close(self) -> None:
+        self.run(self.group_coordinator.stop())
         for server in self.servers.values():
             self.run(server.stop(None))
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -331,6 +344,168 @@ class _FakeAdmin(admin_pb2_grpc.AdminServicer):
             cluster_id="fake", controller_id=1,
             brokers=[common_pb2.BrokerEndpoint(broker_id=b, host="127.0.0.1", port=port)
                      for b, port in self.c.ports.items()])
+
+
+class FakeGroups:
+    """The fake's group coordinator: the real pure ``strom.groups.membership.Group`` state
+    machines, a dict of committed offsets, and a ticker; one coordinator (``coordinator_id``)
+    for every group, the other brokers answer NOT_COORDINATOR as real ones would."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.c = cluster
+        self.coordinator_id = 1
+        self.config = gm.GroupConfig(min_session_timeout_ms=100, initial_rebalance_delay_ms=100)
+        self.groups: dict[str, gm.Group] = {}
+        self.offsets: dict[tuple[str, str, int], int] = {}
+        # error codes to answer (in the error_code field) per rpc, in order
+        self.faults: dict[str, list[ErrorCode]] = defaultdict(list)
+        self._waiters: dict[int, asyncio.Future[Any]] = {}
+        self._ids = 0
+        self._ticker: asyncio.Task[None] | None = None
+
+    def group(self, group_id: str) -> gm.Group:
+        g = self.groups.get(group_id)
+        if g is None or g.state is gm.GroupState.DEAD:
+            g = self.groups[group_id] = gm.Group(group_id, self.config)
+        return g
+
+    def _dispatch(self, outputs: list[gm.Output]) -> None:
+        for out in outputs:
+            rid = getattr(out, "request_id", None)
+            if rid is not None and rid in self._waiters:
+                fut = self._waiters.pop(rid)
+                if not fut.done():
+                    fut.set_result(out)
+
+    async def call(self, group_id: str, make: Any) -> Any:
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+        self._ids += 1
+        rid = self._ids
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[rid] = fut
+        self._dispatch(self.group(group_id).handle(make(rid), _ms()))
+        return await fut
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0.02)
+            for g in list(self.groups.values()):
+                self._dispatch(g.tick(_ms()))
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+
+    def members(self, group_id: str) -> dict[str, tuple[tuple[str, int], ...]]:
+        g = self.groups.get(group_id)
+        return {} if g is None else {m.member_id: m.assignment for m in g.members.values()}
+
+
+def _ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _tps(items: Any) -> tuple[tuple[str, int], ...]:
+    return tuple((p.topic, p.partition) for p in items)
+
+
+class _FakeGroup(group_pb2_grpc.GroupServicer):
+    def __init__(self, cluster: FakeCluster, broker_id: int) -> None:
+        self.c = cluster
+        self.g = cluster.group_coordinator
+        self.id = broker_id
+
+    async def _enter(self, rpc: str, request: Any, context: Any) -> ErrorCode | None:
+        self.c.calls.append((self.id, rpc, request))
+        await self.c.abort_if_call_fault(rpc, context)
+        codes = self.g.faults.get(rpc)
+        if codes:
+            return codes.pop(0)
+        if rpc != "FindCoordinator" and self.id != self.g.coordinator_id:
+            return ErrorCode.NOT_COORDINATOR
+        return None
+
+    async def FindCoordinator(self, request: Any, context: Any) -> Any:
+        fault = await self._enter("FindCoordinator", request, context)
+        if fault is not None:
+            return group_pb2.FindCoordinatorResponse(error_code=int(fault))
+        cid = self.g.coordinator_id
+        return group_pb2.FindCoordinatorResponse(coordinator=common_pb2.BrokerEndpoint(
+            broker_id=cid, host="127.0.0.1", port=self.c.ports[cid]))
+
+    async def JoinGroup(self, request: Any, context: Any) -> Any:
+        fault = await self._enter("JoinGroup", request, context)
+        if fault is not None:
+            return group_pb2.JoinGroupResponse(error_code=int(fault))
+        sub = request.subscription
+        r: gm.JoinGroupResponse = await self.g.call(request.group_id, lambda rid: gm.JoinGroup(
+            rid, request.member_id,
+            gm.Subscription(tuple(sub.topics), _tps(sub.owned_partitions), sub.user_data),
+            tuple(request.protocols), request.group_instance_id or None, request.client_id,
+            request.session_timeout_ms, request.rebalance_timeout_ms, request.protocol_type))
+        return group_pb2.JoinGroupResponse(
+            error_code=int(r.error), generation=r.generation, protocol_name=r.protocol_name or "",
+            leader_id=r.leader_id, member_id=r.member_id,
+            members=[group_pb2.JoinedMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id or "",
+                subscription=group_pb2.Subscription(
+                    topics=list(m.subscription.topics), user_data=m.subscription.user_data,
+                    owned_partitions=[common_pb2.TopicPartition(topic=t, partition=p)
+                                      for t, p in m.subscription.owned_partitions]))
+                for m in r.members])
+
+    async def SyncGroup(self, request: Any, context: Any) -> Any:
+        fault = await self._enter("SyncGroup", request, context)
+        if fault is not None:
+            return group_pb2.SyncGroupResponse(error_code=int(fault))
+        given = {a.member_id: _tps(a.partitions) for a in request.assignments}
+        r: gm.SyncGroupResponse = await self.g.call(request.group_id, lambda rid: gm.SyncGroup(
+            rid, request.member_id, request.generation, request.group_instance_id or None,
+            given or None))
+        return group_pb2.SyncGroupResponse(
+            error_code=int(r.error),
+            assignment=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in r.assignment])
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        fault = await self._enter("Heartbeat", request, context)
+        if fault is not None:
+            return group_pb2.HeartbeatResponse(error_code=int(fault))
+        r: gm.HeartbeatResponse = await self.g.call(request.group_id, lambda rid: gm.Heartbeat(
+            rid, request.member_id, request.generation, request.group_instance_id or None))
+        return group_pb2.HeartbeatResponse(error_code=int(r.error))
+
+    async def LeaveGroup(self, request: Any, context: Any) -> Any:
+        fault = await self._enter("LeaveGroup", request, context)
+        if fault is not None:
+            return group_pb2.LeaveGroupResponse(error_code=int(fault))
+        r: gm.LeaveGroupResponse = await self.g.call(request.group_id, lambda rid: gm.LeaveGroup(
+            rid, tuple(gm.LeavingMember(m.member_id, m.group_instance_id or None)
+                       for m in request.members)))
+        return group_pb2.LeaveGroupResponse(
+            error_code=int(r.error), member_error_codes=[int(e) for _, e in r.member_errors])
+
+    async def OffsetCommit(self, request: Any, context: Any) -> Any:
+        fault = await self._enter("OffsetCommit", request, context)
+        if fault is not None:
+            return group_pb2.OffsetCommitResponse(error_code=int(fault))
+        code = self.g.group(request.group_id).validate_offset_commit(
+            request.member_id, request.generation, request.group_instance_id or None, _ms())
+        if code is not ErrorCode.NONE:
+            return group_pb2.OffsetCommitResponse(error_code=int(code), error_message=code.name)
+        for p in request.partitions:
+            self.g.offsets[(request.group_id, p.topic, p.partition)] = p.offset
+        return group_pb2.OffsetCommitResponse()
+
+    async def OffsetFetch(self, request: Any, context: Any) -> Any:
+        fault = await self._enter("OffsetFetch", request, context)
+        if fault is not None:
+            return group_pb2.OffsetFetchResponse(error_code=int(fault))
+        wanted = [(p.topic, p.partition) for p in request.partitions] or [
+            (t, p) for (g, t, p) in self.g.offsets if g == request.group_id]
+        return group_pb2.OffsetFetchResponse(offsets=[group_pb2.CommittedOffset(
+            topic=t, partition=p, offset=self.g.offsets.get((request.group_id, t, p), -1),
+            leader_epoch=-1) for t, p in wanted])
 
 
 @pytest.fixture

@@ -3,15 +3,18 @@
 The public front is this module; everything else in the package is private. Pure logic
 (partitioner, accumulator, metadata routing, retry policy, offset bookkeeping) lives in modules of
 its own and is tested without sockets; the I/O (gRPC over ``grpc.aio``) is confined to
-``connections``, ``sender``, ``fetcher``, ``offsets`` and the front classes. The client imports
-only ``strom.protocol`` (an import-linter contract).
+``connections``, ``sender``, ``fetcher``, ``offsets``, ``group_member`` and the front classes.
+The client imports ``strom.protocol``, and ``strom.groups.assignors`` (pure) for the group
+leader's assignment (import-linter contracts).
 """
 
 from strom.client.admin import Admin
 from strom.client.aio_admin import AsyncAdmin
 from strom.client.aio_consumer import AsyncConsumer
 from strom.client.aio_producer import AsyncProducer
+from strom.client.commits import CommitFailedError
 from strom.client.consumer import Consumer
+from strom.client.group_member import ConsumerRebalanceListener
 from strom.client.models import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -25,6 +28,7 @@ from strom.client.models import (
     TopicPartition,
 )
 from strom.client.partitioner import murmur2
+from strom.client.positions import NoOffsetForPartitionError
 from strom.client.producer import Producer
 from strom.client.producer_batch import RecordFuture
 from strom.protocol.errors import ErrorCode, StromError
@@ -39,10 +43,13 @@ __all__ = [
     "AsyncProducer",
     "BrokerDescription",
     "ClusterDescription",
+    "CommitFailedError",
     "ConfigEntry",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ErrorCode",
     "NewTopic",
+    "NoOffsetForPartitionError",
     "PartitionDescription",
     "Producer",
     "Record",

@@ -90,3 +90,56 @@ def require_positive(name: str, value: int, minimum: int = 1) -> int:
     if value < minimum:
         raise _bad(f"{name}={value} must be >= {minimum}")
     return value
+
+
+#: Assignors the consumer knows, by the protocol name Kafka clients use in JoinGroup.
+KNOWN_ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky")
+#: Assignors that follow the cooperative (incremental, KIP-429) rebalance protocol.
+COOPERATIVE_ASSIGNORS = frozenset({"cooperative-sticky"})
+_ASSIGNOR_ALIASES = {
+    "rangeassignor": "range",
+    "roundrobinassignor": "roundrobin",
+    "stickyassignor": "sticky",
+    "cooperativestickyassignor": "cooperative-sticky",
+    "cooperative_sticky": "cooperative-sticky",
+    "round-robin": "roundrobin",
+}
+
+
+def parse_assignment_strategy(value: str | Sequence[str]) -> tuple[str, ...]:
+    """``partition_assignment_strategy``: assignor names, preferred first (Kafka class names ok)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out: list[str] = []
+    for raw in items:
+        name = str(raw).strip().lower().rsplit(".", 1)[-1]
+        if not name:
+            continue
+        name = _ASSIGNOR_ALIASES.get(name, name)
+        if name not in KNOWN_ASSIGNORS:
+            raise _bad(f"partition_assignment_strategy: unknown assignor {raw!r}; use one or "
+                       f"more of {', '.join(KNOWN_ASSIGNORS)}")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise _bad("partition_assignment_strategy is empty; give at least one assignor, "
+                   "e.g. ['range', 'cooperative-sticky']")
+    return tuple(out)
+
+
+def resolve_auto_commit(group_id: str | None, enable_auto_commit: bool | None) -> bool:
+    """Kafka's rule: auto-commit defaults to on with a group and off without one; asking for it
+    without a group is a configuration error (there is nowhere to commit to)."""
+    if enable_auto_commit is None:
+        return group_id is not None
+    if enable_auto_commit and group_id is None:
+        raise _bad("enable_auto_commit=True needs a group_id to commit to; set group_id or "
+                   "enable_auto_commit=False")
+    return enable_auto_commit
+
+
+def parse_group_id(name: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(f"{name}={value!r} must be a non-empty string (or None)")
+    return value

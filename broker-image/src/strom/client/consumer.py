@@ -1,29 +1,52 @@
-"""The synchronous ``Consumer``: manual assignment, seeks, and prefetching ``poll()``.
+"""The synchronous ``Consumer``: groups or manual assignment, seeks, and prefetching ``poll()``.
 
 The fetcher (``fetcher.ConsumerCore``) runs on a private loop thread and keeps the next Fetch in
 flight while the application works; ``poll()`` on the caller's thread only decodes buffered
-batches (the compiled codec) and moves positions. Consumer groups (``subscribe``, commits) come
-with the group coordinator in a later issue; this consumer has ``assign()`` only.
+batches (the compiled codec) and moves positions. With ``group_id``, ``subscribe()`` joins a
+consumer group: the membership (``group_member.GroupMember``) runs on the same loop thread, and
+``poll()`` drives its rebalances step by step so the rebalance listener runs here, on the
+caller's thread, as in Kafka.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import logging
+import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Unpack
 
 from strom.client.fetcher import ConsumerCore, ConsumerOptions, ConsumerSettings
+from strom.client.group_member import (
+    GroupMember,
+    RebalanceCallbacks,
+    check_listener,
+    compile_subscription,
+    listener_calls,
+    mixed_error,
+    no_group_error,
+)
 from strom.client.loop_thread import LoopThread
 from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 from strom.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import Record
 
+log = logging.getLogger("strom.client.consumer")
+
+CommitCallback = Callable[[dict[TopicPartition, int], BaseException | None], object]
+
 
 class Consumer:
-    """Kafka-style consumer with manual partition assignment. Not thread-safe (as in Kafka)."""
+    """Kafka-style consumer: a group member (``subscribe``) or manually assigned (``assign``).
+
+    Not thread-safe (as in Kafka): one thread calls its methods.
+    """
 
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092",
                  **options: Unpack[ConsumerOptions]) -> None:
@@ -34,6 +57,14 @@ class Consumer:
         self._thread = LoopThread("strom-consumer")
         self._closed = False
         self._timeout_s = self._settings.request_timeout_ms / 1000.0
+        self._group = (GroupMember(self._settings, self._core)
+                       if self._settings.group_id is not None else None)
+        self._listener: object | None = None
+        self._manual = False
+        self._step: concurrent.futures.Future[RebalanceCallbacks | None] | None = None
+        self._commit_done: deque[tuple[CommitCallback, dict[TopicPartition, int],
+                                       BaseException | None]] = deque()
+        self._next_auto_commit = time.monotonic() + self._settings.auto_commit_interval_ms / 1e3
 
         async def _start() -> None:
             self._core.start()
@@ -54,6 +85,9 @@ class Consumer:
         """Consume exactly these partitions (replacing any previous assignment)."""
         self._check_open()
         tps = [TopicPartition(*tp) for tp in partitions]
+        if self._group is not None and self._group.subscribed:
+            raise mixed_error()
+        self._manual = bool(tps)
         with self._core.subs.lock:
             self._core.subs.assign(tps)
         self._thread.call_soon(self._core.cancel_fetches)
@@ -128,6 +162,139 @@ class Consumer:
             {TopicPartition(*tp): ts for tp, ts in timestamps.items()}))
         return {tp: (None if off < 0 else (off, ts)) for tp, (off, ts) in found.items()}
 
+    # --- consumer groups -----------------------------------------------------------------
+    def subscribe(self, topics: list[str] | None = None, pattern: str | re.Pattern[str] | None
+                  = None, listener: object | None = None) -> None:
+        """Join ``group_id`` reading ``topics`` (or every topic matching ``pattern``, re-checked
+        every ``metadata_max_age_ms``); the group's assignor decides which partitions are ours.
+        ``listener`` (a ``ConsumerRebalanceListener``) hears of every change inside ``poll()``."""
+        self._check_open()
+        if self._group is None:
+            raise no_group_error("subscribe()")
+        if self._manual:
+            raise mixed_error()
+        names, compiled = compile_subscription(topics, pattern)
+        check_listener(listener)
+        if compiled is None and not names:
+            self.unsubscribe()
+            return
+        self._listener = listener
+        self._group.subscribe(names, compiled)
+        self._thread.call_soon(self._core.wake)
+
+    def subscription(self) -> set[str]:
+        """The topics subscribed to (for a pattern: those it matched at the last check)."""
+        g = self._group
+        return set(g.topics) if g is not None and g.subscribed else set()
+
+    def unsubscribe(self) -> None:
+        """Leave the group (revoking the partitions first) or drop a manual assignment."""
+        self._check_open()
+        g = self._group
+        if g is not None and g.subscribed:
+            self._wait_step()
+            owned = sorted(g.owned)
+            if owned:
+                self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
+                              else RebalanceCallbacks(lost=owned))
+            self._thread.run(g.leave("the consumer unsubscribed from all topics"))
+            g.unsubscribe()
+        self._manual = False
+        with self._core.subs.lock:
+            self._core.subs.assign([])
+        self._thread.call_soon(self._core.cancel_fetches)
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (default: the position of every assigned partition, i.e. what
+        ``poll()`` has returned so far) and wait. Raises ``CommitFailedError`` if the group
+        rebalanced meanwhile."""
+        self._check_open()
+        g = self._group
+        if g is None:
+            raise no_group_error("commit()")
+        self._run_commit_callbacks()
+        self._thread.run(g.commit(None if offsets is None else _offsets(offsets)))
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int] | None = None,
+                     callback: CommitCallback | None = None) -> None:
+        """Commit without waiting; ``callback(offsets, error_or_None)`` runs in a later
+        ``poll()`` (or ``commit()``/``close()``) on this thread."""
+        self._check_open()
+        g = self._group
+        if g is None:
+            raise no_group_error("commit_async()")
+        wanted = None if offsets is None else _offsets(offsets)
+
+        def done(committed: dict[TopicPartition, int], error: BaseException | None) -> None:
+            if callback is not None:
+                self._commit_done.append((callback, committed, error))
+                self._notify()
+
+        self._thread.call_soon(g.commit_in_background, wanted, done)
+
+    def committed(self, partitions: Iterable[TopicPartition]
+                  ) -> dict[TopicPartition, int | None]:
+        """The group's committed offset per partition (None where nothing is committed)."""
+        self._check_open()
+        g = self._group
+        if g is None:
+            raise no_group_error("committed()")
+        return self._thread.run(g.fetch_committed([TopicPartition(*tp) for tp in partitions]))
+
+    def _run_commit_callbacks(self) -> None:
+        while self._commit_done:
+            callback, offsets, error = self._commit_done.popleft()
+            callback(offsets, error)
+
+    def _maybe_auto_commit(self, g: GroupMember) -> None:
+        if not self._settings.enable_auto_commit:
+            return
+        now = time.monotonic()
+        if now < self._next_auto_commit:
+            return
+        self._next_auto_commit = now + self._settings.auto_commit_interval_ms / 1000.0
+        if (g.subscribed and g.generation >= 0 and not g.rejoin_needed) or (
+                self._manual and not g.subscribed):
+            self._thread.call_soon(g.commit_in_background, None, None)
+
+    def _deliver(self, cb: RebalanceCallbacks) -> None:
+        for fn, partitions in listener_calls(self._listener, cb):
+            fn(partitions)
+
+    def _wait_step(self, timeout: float | None = None) -> None:
+        """Let a rebalance step still in flight finish (its callbacks are then delivered)."""
+        fut = self._step
+        if fut is None:
+            return
+        try:
+            cb = fut.result(timeout if timeout is not None else self._timeout_s)
+        except Exception:  # leaving anyway: a failed step changes nothing here
+            fut.cancel()
+            cb = None
+        self._step = None
+        if cb is not None:
+            self._deliver(cb)
+
+    def _drive_group(self, g: GroupMember, deadline: float) -> None:
+        """Run rebalance steps until the membership is settled or the poll time is up."""
+        while True:
+            fut = self._step
+            if fut is None:
+                if not g.needs_step(time.monotonic() * 1000.0):
+                    return
+                fut = self._step = asyncio.run_coroutine_threadsafe(g.step(), self._thread.loop)
+            try:
+                cb = fut.result(max(0.0, deadline - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                return
+            finally:
+                if fut.done():
+                    self._step = None
+            if cb is not None:
+                self._deliver(cb)
+            elif time.monotonic() >= deadline:
+                return
+
     # --- consuming -----------------------------------------------------------------------
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[Record]:
         """Records fetched so far (up to ``max_records``), waiting up to ``timeout_ms`` for some."""
@@ -135,9 +302,16 @@ class Consumer:
         limit = max_records or self._settings.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000.0
         core = self._core
+        g = self._group
+        if g is not None:
+            g.last_poll_ms = time.monotonic() * 1000.0
+            self._run_commit_callbacks()
+            self._maybe_auto_commit(g)
         while True:
             with self._cond:
                 seq = self._seq
+            if g is not None and g.subscribed:
+                self._drive_group(g, deadline)
             records, freed = core.take(limit)
             if freed:
                 self._thread.call_soon(core.wake)
@@ -146,6 +320,8 @@ class Consumer:
             left = deadline - time.monotonic()
             if left <= 0:
                 return records
+            if g is not None:
+                left = min(left, 0.1)  # heartbeats and pattern checks may call for a rejoin
             with self._cond:
                 if self._seq == seq:
                     self._cond.wait(left)
@@ -155,13 +331,38 @@ class Consumer:
             yield from self.poll()
 
     def close(self) -> None:
+        """Commit (with auto-commit), revoke, leave the group (dynamic members), stop."""
         if self._closed:
             return
-        self._closed = True
         try:
-            self._thread.run(self._core.close(), timeout=10)
+            self._leave_group()
         finally:
-            self._thread.stop()
+            self._closed = True
+            try:
+                self._thread.run(self._core.close(), timeout=10)
+            finally:
+                self._thread.stop()
+
+    def _leave_group(self) -> None:
+        g = self._group
+        if g is None:
+            return
+        self._wait_step()
+        try:
+            if self._settings.enable_auto_commit and (g.generation >= 0 or self._manual):
+                try:
+                    self._thread.run(g.commit(), timeout=self._timeout_s)
+                except (StromError, TimeoutError) as exc:
+                    log.warning("group %s: commit on close failed: %s", g.group_id, exc)
+            self._run_commit_callbacks()
+            if g.subscribed:
+                owned = sorted(g.owned)
+                if owned:
+                    self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
+                                  else RebalanceCallbacks(lost=owned))
+                self._thread.run(g.leave("the consumer is being closed"), timeout=self._timeout_s)
+        finally:
+            self._thread.run(g.close(), timeout=self._timeout_s)
 
     def __enter__(self) -> Consumer:
         return self
@@ -169,3 +370,14 @@ class Consumer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _offsets(offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    out: dict[TopicPartition, int] = {}
+    for tp, off in offsets.items():
+        if not isinstance(off, int) or off < 0:
+            raise StromError(ErrorCode.INVALID_REQUEST,
+                             f"commit offset {off!r} for {tp} must be an int >= 0 (the offset "
+                             f"of the next record to read)")
+        out[TopicPartition(*tp)] = off
+    return out

@@ -193,3 +193,16 @@ class SubscriptionState:
                 self.completed.popleft()
             st.buffered = max(0, st.buffered - 1)
         return True
+
+
+class NoOffsetForPartitionError(StromError):
+    """Kafka's NoOffsetForPartitionException: a group partition with no committed offset while
+    ``auto_offset_reset='none'``; the application must ``seek()`` it (or commit an offset)."""
+
+    def __init__(self, partitions: list[TopicPartition]) -> None:
+        names = ", ".join(str(tp) for tp in partitions)
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE,
+                         f"no committed offset for {names} and auto_offset_reset='none'; "
+                         f"seek() these partitions, or set auto_offset_reset to 'earliest' "
+                         f"or 'latest'")
+        self.partitions = list(partitions)

@@ -21,8 +21,21 @@ REBALANCING = "Rebalancing"
 ROLLING = "RollingRestart"
 SCALING = "Scaling"
 STORAGE_RESIZING = "StorageResizing"
+ADMIN_API = "AdminApiAvailable"
+OFFSETS_RESET = "OffsetsReset"
+AUTOSCALING = "Autoscaling"
 
-KNOWN_TYPES = (READY, RECONCILED, REBALANCING, ROLLING, SCALING, STORAGE_RESIZING)
+KNOWN_TYPES = (
+    READY,
+    RECONCILED,
+    REBALANCING,
+    ROLLING,
+    SCALING,
+    STORAGE_RESIZING,
+    ADMIN_API,
+    OFFSETS_RESET,
+    AUTOSCALING,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,8 +12,10 @@ reassignment is done and the leaving brokers hold nothing, and only then shrink 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal
+
+from strom_operator.model import rebalance
 
 Step = Literal[
     "Steady",
@@ -23,6 +25,7 @@ Step = Literal[
     "Refuse",
     "Drain",
     "WaitForDrain",
+    "ElectLeaders",
     "ShrinkStatefulSet",
 ]
 
@@ -42,6 +45,7 @@ def decide(
     replicas_per_broker: Mapping[int, int] | None,
     max_replication_factor: int,
     reassignment_in_progress: bool,
+    leaders_per_broker: Mapping[int, int] | None = None,
 ) -> ScaleDecision:
     """``current`` is the StatefulSet's replicas; ``registered`` the broker ids the controller knows
     and ``replicas_per_broker`` their replica counts (None when the Admin API is not reachable)."""
@@ -67,6 +71,11 @@ def decide(
             return ScaleDecision("WaitForDrain", f"draining brokers {list(leaving)}", leaving)
         if holding:
             return ScaleDecision("Drain", f"moving replicas off brokers {holding}", leaving)
+        leading = [b for b in leaving if (leaders_per_broker or {}).get(b, 0) > 0]
+        if leading:
+            return ScaleDecision(
+                "ElectLeaders", f"moving leadership off brokers {leading}", leaving
+            )
         return ScaleDecision(
             "ShrinkStatefulSet",
             f"brokers {list(leaving)} are empty; scaling in to {desired}",
@@ -82,3 +91,41 @@ def decide(
         if empty and any(replicas_per_broker.values()):
             return ScaleDecision("Rebalance", f"brokers {empty} hold no replicas: rebalancing")
     return ScaleDecision("Steady", f"{current} broker(s)")
+
+
+def rebalance_plan(
+    assignment: rebalance.Assignment,
+    racks: Mapping[int, str | None],
+    keep: Iterable[int],
+) -> rebalance.Plan:
+    """The reassignment that leaves replicas only on ``keep`` (draining every other broker that
+    holds some) and evens the load across ``keep`` with the fewest moves, rack-aware.
+
+    Raises :class:`~strom_operator.model.errors.PlanError` (``NotEnoughBrokers``) when ``keep``
+    can not hold the largest replication factor.
+    """
+    kept = sorted(set(keep))
+    holders = {b for replicas in assignment.values() for b in replicas}
+    leaving = sorted(holders - set(kept))
+    broker_racks = {b: racks.get(b) for b in kept}
+    broker_racks.update({b: racks.get(b) for b in leaving})
+    return rebalance.plan(assignment, broker_racks, leaving)
+
+
+def progress(
+    moves_total: int, moving_partitions: int, percent: float | None
+) -> dict[str, int | float | str]:
+    """The ``status.rebalance`` block while a reassignment runs."""
+    out: dict[str, int | float | str] = {
+        "state": "Moving" if moving_partitions else "Done",
+        "movesTotal": moves_total,
+        "partitionsMoving": moving_partitions,
+    }
+    if percent is not None:
+        out["percent"] = percent
+    return out
+
+
+def throttle_arg(bytes_per_sec: int) -> int:
+    """``Admin.alter_partition_reassignments``'s throttle: N > 0 throttles, -1 removes it."""
+    return bytes_per_sec if bytes_per_sec > 0 else -1

@@ -130,3 +130,22 @@ def status_of(live: LiveTopic | None) -> dict[str, object]:
 
 def replicas_lists(assignment: Mapping[int, Sequence[int]]) -> list[list[int]]:
     return [list(assignment[p]) for p in sorted(assignment)]
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicView:
+    """The topic and what a replication-factor change needs: live brokers, their loads, and
+    whether a reassignment of this topic is still running."""
+
+    live: LiveTopic | None
+    racks: dict[int, str | None]
+    loads: dict[int, int]
+    moving: bool = False
+
+
+def deletion_step(deletion_policy: str, cluster_exists: bool) -> str:
+    """``DeleteTopic`` (then release the finalizer) or ``Release`` (the topic stays, or there is
+    no cluster left to hold it)."""
+    if deletion_policy == "Delete" and cluster_exists:
+        return "DeleteTopic"
+    return "Release"

@@ -16,9 +16,16 @@ Steps (each a method ``_step_<name>``; they run in this order and share a :class
                   the scale subresource's selector.
 
 What the cluster itself knows (registered brokers, replica placement, under-replicated partitions,
-the active controller) comes from a :class:`ClusterAdmin`; until the Admin API is wired in,
-:class:`NoAdmin` answers "unknown" and the steps act on Kubernetes state alone: scale-in then waits
-(never removes a broker that may hold data) and rolls are paced by pod readiness.
+the active controller, reassignments in flight) comes from a :class:`ClusterAdmin`
+(:class:`~strom_operator.reconcilers.admin.AdminClusterAdmin` in the operator).  When it answers
+"unknown" (unreachable cluster, or :class:`NoAdmin` in tests) the steps act on Kubernetes state
+alone: scale-in then waits (never removes a broker that may hold data) and rolls are paced by pod
+readiness; ``AdminApiAvailable=False`` says why.
+
+Moving partitions (scale-out rebalance, scale-in drain) is one reassignment through the Admin API
+with a replication throttle; ``Rebalancing=True`` with ``status.rebalance`` (moves, partitions
+still moving, percent) while it runs, then ``False``/``Done``, the throttle removed and preferred
+leaders elected again.
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from strom_operator.model import conditions, manifests, rolling, scaling, storage
+from strom_operator.model import conditions, manifests, rolling, scaling, storage, topics
+from strom_operator.model.cluster_state import ClusterState
 from strom_operator.model.conditions import Status
-from strom_operator.model.errors import SpecError
+from strom_operator.model.errors import PlanError, SpecError
 from strom_operator.model.manifests import ClusterRef, Names
 from strom_operator.model.specs import (
     API_VERSION,
@@ -38,32 +46,27 @@ from strom_operator.model.specs import (
     check_transition,
     parse_cluster,
 )
+from strom_operator.reconcilers.admin import (
+    AdminError,
+    ClusterAdmin,
+    NoAdmin,
+    throttle_from_env,
+)
 from strom_operator.reconcilers.kube import ApiError, KubeApi
 
-
-@dataclasses.dataclass(frozen=True)
-class ClusterState:
-    """What the brokers report through the Admin API."""
-
-    registered: frozenset[int]
-    replicas_per_broker: dict[int, int]
-    max_replication_factor: int
-    partitions: int
-    under_replicated: int
-    active_controller: int | None
-    reassignment_in_progress: bool
-    offline: int = 0
-
-
-class ClusterAdmin(Protocol):
-    def describe(self, ref: ClusterRef, spec: StromClusterSpec) -> ClusterState | None: ...
-
-
-class NoAdmin:
-    """The cluster's own state is unknown (no Admin API client yet)."""
-
-    def describe(self, ref: ClusterRef, spec: StromClusterSpec) -> ClusterState | None:
-        return None
+__all__ = [
+    "AdminError",
+    "ClusterAdmin",
+    "ClusterReconciler",
+    "ClusterState",
+    "Context",
+    "Event",
+    "NoAdmin",
+    "Outcome",
+    "ReconcileError",
+    "cleanup",
+    "ref_of",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,9 +133,18 @@ class ClusterReconciler:
 
     STEPS = ("validate", "scaling", "storage", "apply", "roll", "status")
 
-    def __init__(self, api: KubeApi, admin: ClusterAdmin | None = None) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        admin: ClusterAdmin | None = None,
+        *,
+        throttle_bytes_per_sec: int | None = None,
+    ) -> None:
         self.api = api
-        self.admin = admin or NoAdmin()
+        self.admin: ClusterAdmin = admin or NoAdmin()
+        self.throttle = (
+            throttle_from_env() if throttle_bytes_per_sec is None else throttle_bytes_per_sec
+        )
 
     def reconcile(self, body: dict[str, Any], old_spec: dict[str, Any] | None = None) -> Outcome:
         """Run every step; ``old_spec`` is the previously handled spec (kopf's ``old``), if any."""
@@ -186,6 +198,16 @@ class ClusterReconciler:
                     raise ReconcileError("validate", "InvalidChange", message, permanent=True)
         ctx.spec = spec
         ctx.state = self.admin.describe(ctx.ref, spec)
+        if ctx.state is None:
+            why = getattr(self.admin, "last_error", None) or "no answer"
+            ctx.condition(
+                conditions.ADMIN_API,
+                "False",
+                "Unreachable",
+                f"cluster state unknown ({why}); acting on Kubernetes state alone",
+            )
+        else:
+            ctx.condition(conditions.ADMIN_API, "True", "Reachable", "Admin API answered")
 
     def _step_scaling(self, ctx: Context) -> None:
         assert ctx.spec is not None
@@ -193,6 +215,7 @@ class ClusterReconciler:
         live = self.api.get("apps/v1", "StatefulSet", ctx.ref.namespace, names.statefulset)
         ctx.live_statefulset = live
         desired = ctx.spec.brokers.replicas
+        self._track_rebalance(ctx)
         if live is None:
             ctx.statefulset_replicas = desired
             return
@@ -205,25 +228,113 @@ class ClusterReconciler:
             replicas_per_broker=state.replicas_per_broker if state else None,
             max_replication_factor=state.max_replication_factor if state else 1,
             reassignment_in_progress=state.reassignment_in_progress if state else False,
+            leaders_per_broker=state.leaders_per_broker() if state else None,
         )
         if decision.step == "Refuse":
-            ctx.statefulset_replicas = current
-            ctx.condition(conditions.SCALING, "False", "ScaleInRefused", decision.message)
-            ctx.events.append(Event("Warning", "ScaleInRefused", decision.message))
+            self._refuse(ctx, current, decision.message)
             return
-        if decision.step in ("Drain", "WaitForDrain"):
+        if decision.step in ("Drain", "WaitForDrain", "ElectLeaders"):
             ctx.statefulset_replicas = current
-            ctx.condition(conditions.SCALING, "True", decision.step, decision.message)
             ctx.requeue = True
+            if decision.step == "Drain" and state is not None:
+                refused = self._start_moves(ctx, state, range(desired), "drain")
+                if refused is not None:
+                    self._refuse(ctx, current, refused)
+                    return
+            if decision.step == "ElectLeaders" and state is not None:
+                self._admin_call(
+                    "scaling",
+                    lambda: self.admin.elect_preferred(
+                        ctx.ref, ctx.spec, state.led_by(decision.leaving)  # type: ignore[arg-type]
+                    ),
+                )
+            ctx.condition(conditions.SCALING, "True", decision.step, decision.message)
             return
         ctx.statefulset_replicas = desired
         if decision.step in ("GrowStatefulSet", "ShrinkStatefulSet"):
             ctx.condition(conditions.SCALING, "True", decision.step, decision.message)
             ctx.events.append(Event("Normal", decision.step, decision.message))
-        elif decision.step == "Rebalance":
-            ctx.condition(conditions.REBALANCING, "True", "Pending", decision.message)
+        elif decision.step == "Rebalance" and state is not None:
+            ctx.condition(conditions.SCALING, "False", "Steady", decision.message)
+            self._start_moves(ctx, state, range(desired), "rebalance")
         else:
             ctx.condition(conditions.SCALING, "False", "Steady", decision.message)
+
+    def _refuse(self, ctx: Context, current: int, message: str) -> None:
+        ctx.statefulset_replicas = current
+        ctx.condition(conditions.SCALING, "False", "ScaleInRefused", message)
+        ctx.events.append(Event("Warning", "ScaleInRefused", message))
+
+    def _admin_call(self, step: str, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except AdminError as err:
+            raise ReconcileError(step, "AdminApiError", str(err)) from err
+
+    def _start_moves(
+        self, ctx: Context, state: ClusterState, keep: range, why: str
+    ) -> str | None:
+        """Reassign so only ``keep`` holds replicas, evenly; the reason when that is impossible."""
+        assert ctx.spec is not None
+        try:
+            plan = scaling.rebalance_plan(state.assignment, state.racks, keep)
+        except PlanError as err:
+            return str(err)
+        targets = plan.reassignments
+        if not targets:
+            ctx.condition(
+                conditions.REBALANCING,
+                "False",
+                "Balanced",
+                f"replicas are as even as placement allows on brokers {list(keep)}",
+            )
+            return None
+        spec = ctx.spec
+        self._admin_call(
+            "scaling", lambda: self.admin.reassign(ctx.ref, spec, targets, self.throttle)
+        )
+        throttle = f"{self.throttle} B/s" if self.throttle > 0 else "unthrottled"
+        message = (
+            f"{why}: moving {len(plan.moves)} replica(s) of {len(targets)} partition(s) onto "
+            f"brokers {list(keep)} ({throttle})"
+        )
+        ctx.status["rebalance"] = scaling.progress(len(plan.moves), len(targets), 0.0)
+        ctx.condition(conditions.REBALANCING, "True", "Started", message)
+        ctx.events.append(Event("Normal", "RebalanceStarted", message))
+        ctx.requeue = True
+        return None
+
+    def _track_rebalance(self, ctx: Context) -> None:
+        """Progress of a running reassignment; when it has finished, clean up after it."""
+        state, spec = ctx.state, ctx.spec
+        if state is None or spec is None:
+            return
+        previous = dict((ctx.body.get("status") or {}).get("rebalance") or {})
+        total = int(previous.get("movesTotal") or 0)
+        if state.reassignment_in_progress:
+            percent = state.percent_done
+            ctx.status["rebalance"] = scaling.progress(
+                max(total, len(state.moving)), len(state.moving), percent
+            )
+            shown = "unknown" if percent is None else f"{percent}%"
+            ctx.condition(
+                conditions.REBALANCING,
+                "True",
+                "Moving",
+                f"{len(state.moving)} partition(s) moving, {shown} done",
+            )
+            ctx.requeue = True
+            return
+        if not conditions.is_true(ctx.conditions, conditions.REBALANCING):
+            return
+        self._admin_call("scaling", lambda: self.admin.clear_throttle(ctx.ref, spec))
+        self._admin_call(
+            "scaling", lambda: self.admin.elect_preferred(ctx.ref, spec, state.not_preferred())
+        )
+        ctx.status["rebalance"] = {**scaling.progress(total, 0, 100.0)}
+        message = f"reassignment finished ({total} replica move(s)); throttle removed"
+        ctx.condition(conditions.REBALANCING, "False", "Done", message)
+        ctx.events.append(Event("Normal", "RebalanceDone", message))
 
     def _step_storage(self, ctx: Context) -> None:
         assert ctx.spec is not None
@@ -337,6 +448,9 @@ class ClusterReconciler:
             ctx.status["partitions"] = ctx.state.partitions
             ctx.status["underReplicatedPartitions"] = ctx.state.under_replicated
             ctx.status["offlinePartitions"] = ctx.state.offline
+            ctx.status["unmanagedTopics"] = topics.unmanaged(
+                ctx.state.topics, self._managed_topics(ctx)
+            )
         ctx.condition(conditions.RECONCILED, "True", "Applied", "all objects applied")
         if ready >= want and replicas == want and not ctx.requeue:
             ctx.condition(conditions.READY, "True", "Ready", f"{ready}/{want} brokers ready")
@@ -346,6 +460,15 @@ class ClusterReconciler:
                 conditions.READY, "False", "BrokersNotReady", f"{ready}/{want} brokers ready"
             )
         self._write_status(ctx)
+
+
+    def _managed_topics(self, ctx: Context) -> list[str]:
+        out = []
+        for obj in self.api.list(API_VERSION, "StromTopic", ctx.ref.namespace, {}):
+            spec = obj.get("spec") or {}
+            if (spec.get("clusterRef") or {}).get("name") == ctx.ref.name:
+                out.append(str(spec.get("topicName") or obj["metadata"]["name"]))
+        return out
 
 
 def _broker_pod(pod: dict[str, Any]) -> rolling.BrokerPod | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import re
 import threading
@@ -30,6 +31,7 @@ from strom.client.group_member import (
     listener_calls,
     mixed_error,
     no_group_error,
+    validate_offsets,
 )
 from strom.client.loop_thread import LoopThread
 from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
@@ -213,7 +215,7 @@ class Consumer:
         if g is None:
             raise no_group_error("commit()")
         self._run_commit_callbacks()
-        self._thread.run(g.commit(None if offsets is None else _offsets(offsets)))
+        self._thread.run(g.commit(None if offsets is None else validate_offsets(offsets)))
 
     def commit_async(self, offsets: Mapping[TopicPartition, int] | None = None,
                      callback: CommitCallback | None = None) -> None:
@@ -223,7 +225,7 @@ class Consumer:
         g = self._group
         if g is None:
             raise no_group_error("commit_async()")
-        wanted = None if offsets is None else _offsets(offsets)
+        wanted = None if offsets is None else validate_offsets(offsets)
 
         def done(committed: dict[TopicPartition, int], error: BaseException | None) -> None:
             if callback is not None:
@@ -261,17 +263,21 @@ class Consumer:
         for fn, partitions in listener_calls(self._listener, cb):
             fn(partitions)
 
-    def _wait_step(self, timeout: float | None = None) -> None:
-        """Let a rebalance step still in flight finish (its callbacks are then delivered)."""
-        fut = self._step
+    def _wait_step(self) -> None:
+        """Deliver what a finished rebalance step has to say; cancel one still on the network
+        (a JoinGroup may wait for the whole group: leaving must not wait for it)."""
+        fut, self._step = self._step, None
         if fut is None:
             return
-        try:
-            cb = fut.result(timeout if timeout is not None else self._timeout_s)
-        except Exception:  # leaving anyway: a failed step changes nothing here
+        if not fut.done():
             fut.cancel()
-            cb = None
-        self._step = None
+            with contextlib.suppress(Exception):
+                fut.result(1.0)
+            return
+        try:
+            cb = fut.result(0)
+        except Exception:  # leaving anyway: a failed step changes nothing here
+            return
         if cb is not None:
             self._deliver(cb)
 
@@ -371,13 +377,3 @@ class Consumer:
                  tb: TracebackType | None) -> None:
         self.close()
 
-
-def _offsets(offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-    out: dict[TopicPartition, int] = {}
-    for tp, off in offsets.items():
-        if not isinstance(off, int) or off < 0:
-            raise StromError(ErrorCode.INVALID_REQUEST,
-                             f"commit offset {off!r} for {tp} must be an int >= 0 (the offset "
-                             f"of the next record to read)")
-        out[TopicPartition(*tp)] = off
-    return out

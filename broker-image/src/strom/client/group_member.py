@@ -47,6 +47,7 @@ from strom.client.commits import (
     fetch_request,
     fetch_result,
 )
+from strom.client.config import InvalidOption
 from strom.client.connections import rpc_error
 from strom.client.fetcher import ConsumerCore, ConsumerSettings
 from strom.client.models import TopicPartition
@@ -715,7 +716,6 @@ def compile_subscription(topics: list[str] | None, pattern: str | re.Pattern[str
 
 
 def no_group_error(what: str) -> StromError:
-    from strom.client.config import InvalidOption
     return InvalidOption(f"{what} needs a consumer group: pass group_id='...' to the consumer")
 
 
@@ -723,3 +723,14 @@ def mixed_error() -> StromError:
     return StromError(ErrorCode.INVALID_REQUEST,
                       "subscribe() and assign() cannot be mixed on one consumer; call "
                       "unsubscribe() first (Kafka's rule)")
+
+
+def validate_offsets(offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    out: dict[TopicPartition, int] = {}
+    for tp, off in offsets.items():
+        if not isinstance(off, int) or off < 0:
+            raise StromError(ErrorCode.INVALID_REQUEST,
+                             f"commit offset {off!r} for {tp} must be an int >= 0 (the offset "
+                             f"of the next record to read)")
+        out[TopicPartition(*tp)] = off
+    return out

@@ -1,0 +1,124 @@
+"""Consumer groups when things go wrong: poll timeouts, fencing, coordinator moves and errors."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from strom.client import (
+    Consumer,
+    ConsumerRebalanceListener,
+    ErrorCode,
+    StromError,
+    TopicPartition,
+)
+
+from .conftest import FakeCluster
+from .test_group_membership import FAST, Recorder, _consumer, _fill, _poll_until
+
+
+def test_poll_interval_exceeded_leaves_then_rejoins_with_partitions_lost(
+        fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, "t", 2, 0)
+    listener = Recorder()
+    with _consumer(fake_cluster, max_poll_interval_ms=600) as c:
+        c.subscribe(["t"], listener=listener)
+        _poll_until(c, lambda: len(c.assignment()) == 2)
+        time.sleep(1.2)  # the application stalls: the heartbeat task leaves for it
+        leaves = [call for call in fake_cluster.calls if call[1] == "LeaveGroup"]
+        assert len(leaves) == 1
+        assert fake_cluster.group_coordinator.groups["g"].members == {}
+        _poll_until(c, lambda: len(listener.events) >= 3 and len(c.assignment()) == 2)
+    everything = [TopicPartition("t", 0), TopicPartition("t", 1)]
+    assert listener.events[:3] == [("assigned", everything), ("lost", everything),
+                                   ("assigned", everything)]
+
+
+def test_lost_defaults_to_revoked(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, "t", 1, 0)
+    revoked: list[list[TopicPartition]] = []
+
+    class OnlyRevoked(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, partitions: list[TopicPartition]) -> None:
+            revoked.append(partitions)
+
+    with _consumer(fake_cluster) as c:
+        c.subscribe(["t"], listener=OnlyRevoked())
+        _poll_until(c, lambda: bool(c.assignment()))
+        # the coordinator forgets the member (e.g. its session expired)
+        fake_cluster.group_coordinator.faults["Heartbeat"].append(ErrorCode.UNKNOWN_MEMBER_ID)
+        _poll_until(c, lambda: len(revoked) == 1 and bool(c.assignment()))
+    assert revoked[0] == [TopicPartition("t", 0)]
+
+
+def test_second_instance_with_the_same_static_id_fences_the_first(
+        fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, "t", 1, 0)
+    a = _consumer(fake_cluster, group_instance_id="same")
+    b = _consumer(fake_cluster, group_instance_id="same")
+    try:
+        a.subscribe(["t"])
+        _poll_until(a, lambda: bool(a.assignment()))
+        b.subscribe(["t"])
+        _poll_until(b, lambda: bool(b.assignment()))
+        with pytest.raises(StromError, match="group_instance_id") as info:
+            _poll_until(a, lambda: False, 5)
+        assert info.value.code is ErrorCode.FENCED_INSTANCE_ID
+    finally:
+        a.close()
+        b.close()
+
+
+def test_coordinator_moves_and_is_found_again(fake_cluster2: FakeCluster) -> None:
+    cluster = fake_cluster2
+    _fill(cluster, "t", 1, 0)
+    tp = TopicPartition("t", 0)
+    with _consumer(cluster, enable_auto_commit=False) as c:
+        c.subscribe(["t"])
+        _poll_until(c, lambda: bool(c.assignment()))
+        cluster.group_coordinator.coordinator_id = 2
+        cluster.calls.clear()
+        c.commit({tp: 1})
+        assert c.committed([tp]) == {tp: 1}
+        commits = [(broker, rpc) for broker, rpc, _ in cluster.calls if rpc == "OffsetCommit"]
+        assert commits[-1] == (2, "OffsetCommit")
+        # the old coordinator answered NOT_COORDINATOR (to a heartbeat or the commit) and the
+        # client asked FindCoordinator again
+        assert any(rpc == "FindCoordinator" for _, rpc, _ in cluster.calls)
+
+
+def test_retriable_coordinator_errors_on_join_are_retried(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, "t", 1, 0)
+    faults = fake_cluster.group_coordinator.faults
+    faults["FindCoordinator"].append(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    faults["JoinGroup"].append(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    faults["SyncGroup"].append(ErrorCode.REBALANCE_IN_PROGRESS)
+    with _consumer(fake_cluster) as c:
+        c.subscribe(["t"])
+        _poll_until(c, lambda: bool(c.assignment()))
+    assert not any(faults.values())
+
+
+def test_no_group_options_keep_manual_consumers_unchanged(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, "t", 1, 2)
+    options: dict[str, Any] = {k: v for k, v in FAST.items() if k == "fetch_max_wait_ms"}
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest", **options) as c:
+        c.assign([TopicPartition("t", 0)])
+        records = _poll_until(c, lambda: c.position(TopicPartition("t", 0)) == 2)
+        assert [r.offset for r in records] == [0, 1]
+        with pytest.raises(StromError, match="group_id"):
+            c.commit()
+    assert not [call for call in fake_cluster.calls if call[1] == "FindCoordinator"]
+
+
+def test_manual_assignment_with_group_commits_outside_generations(
+        fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, "t", 1, 2)
+    tp = TopicPartition("t", 0)
+    with _consumer(fake_cluster, auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        _poll_until(c, lambda: c.position(tp) == 2)
+    # auto-commit on close, as a simple (generation -1) commit
+    assert fake_cluster.group_coordinator.offsets[("g", "t", 0)] == 2

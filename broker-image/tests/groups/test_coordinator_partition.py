@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -294,3 +295,21 @@ async def test_partition_growth_of_a_subscribed_topic_rebalances() -> None:
     part.metadata_changed({"t": 8, "other": 9})
     beat = await part.handle("g", Heartbeat(None, joined.member_id, 1))
     assert beat.error is ErrorCode.REBALANCE_IN_PROGRESS
+
+
+async def test_a_static_member_replaced_without_rebalance_is_stored() -> None:
+    log, clock = FakeLog(), Clock()
+    part = make(log, clock)
+    static = replace(join(), group_instance_id="i1")
+    first = await part.handle("g", static)
+    assert isinstance(first, JoinGroupResponse) and first.error is ErrorCode.NONE
+    await part.handle("g", SyncGroup(None, first.member_id, 1, "i1",
+                                     {first.member_id: (("t", 0),)}))
+    assert part.store.groups["g"].members[0].member_id == first.member_id
+    again = await part.handle("g", static)  # the same instance restarts
+    assert isinstance(again, JoinGroupResponse) and again.error is ErrorCode.NONE
+    assert again.member_id != first.member_id and again.generation == 1
+    await asyncio.sleep(0.01)
+    stored = part.store.groups["g"]
+    assert [m.member_id for m in stored.members] == [again.member_id]
+    assert stored.members[0].assignment == (("t", 0),)

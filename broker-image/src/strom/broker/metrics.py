@@ -109,6 +109,12 @@ class BrokerMetrics:
     def rebalance_completed(self, group_id: str, duration_ms: int) -> None:
         self.group_rebalance_duration.labels(group_id).observe(duration_ms / 1000)
 
+    def group_removed(self, group_id: str) -> None:
+        """A deleted or expired group's series go (as ``forget_topic`` for topics)."""
+        for metric in (self.group_rebalances, self.group_rebalance_duration):
+            with contextlib.suppress(KeyError):
+                metric.remove(group_id)
+
     def peer_seen(self, peer: str) -> None:
         self._peers[peer] = time.monotonic()
         if len(self._peers) > _MAX_PEERS:

@@ -85,12 +85,17 @@ class GroupObserver(Protocol):
 
     def rebalance_completed(self, group_id: str, duration_ms: int) -> None: ...
 
+    def group_removed(self, group_id: str) -> None: ...
+
 
 class _NoObserver:
     def rebalance_started(self, group_id: str) -> None:
         pass
 
     def rebalance_completed(self, group_id: str, duration_ms: int) -> None:
+        pass
+
+    def group_removed(self, group_id: str) -> None:
         pass
 
 
@@ -267,7 +272,7 @@ class CoordinatorPartition:
 
     def _process(self, group: Group, outputs: Iterable[Output]) -> None:
         responses: list[Response] = []
-        persist = False
+        persist = removed = False
         for out in outputs:
             if isinstance(out, RebalanceStarted):
                 log.info("group %s: rebalance from generation %d: %s", out.group_id,
@@ -280,10 +285,13 @@ class CoordinatorPartition:
             elif isinstance(out, StateChanged):
                 persist |= out.new in (GroupState.STABLE, GroupState.EMPTY)
             elif isinstance(out, MemberRemoved):
+                removed = True
                 log.info("group %s: member %s removed (%s)", out.group_id, out.member_id,
                          out.reason)
             else:
                 responses.append(out)
+        # A static member replaced without a rebalance (KIP-345) changes the stored member list.
+        persist |= removed and group.state is GroupState.STABLE
         if not persist:
             self._deliver(responses)
             return
@@ -404,6 +412,7 @@ class CoordinatorPartition:
             gone = self.groups.get(group_id)
             if gone is not None and gone.state is GroupState.EMPTY:
                 del self.groups[group_id]
+            self._observer.group_removed(group_id)
         log.info("partition %d: expired %d offsets/groups", self.partition, len(records))
         return len(records)
 
@@ -453,6 +462,7 @@ class CoordinatorPartition:
                     self.settings.group)
             return append_error(err.code)
         self.groups.pop(group_id, None)
+        self._observer.group_removed(group_id)
         log.info("group %s deleted (%d records tombstoned)", group_id, len(records))
         return ErrorCode.NONE
 

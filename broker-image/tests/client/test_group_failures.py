@@ -122,3 +122,14 @@ def test_manual_assignment_with_group_commits_outside_generations(
         _poll_until(c, lambda: c.position(tp) == 2)
     # auto-commit on close, as a simple (generation -1) commit
     assert fake_cluster.group_coordinator.offsets[("g", "t", 0)] == 2
+
+
+def test_leader_rebalances_when_a_subscribed_topic_appears(fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, "t", 1, 0)
+    with _consumer(fake_cluster, metadata_max_age_ms=200) as c:
+        c.subscribe(["t", "later"])
+        _poll_until(c, lambda: c.assignment() == {TopicPartition("t", 0)})
+        generation = fake_cluster.group_coordinator.groups["g"].generation
+        _fill(fake_cluster, "later", 2, 0)
+        _poll_until(c, lambda: len(c.assignment()) == 3)
+        assert fake_cluster.group_coordinator.groups["g"].generation > generation

@@ -107,6 +107,10 @@ class GroupMember:
         self.next_pattern_check_ms = 0.0
         self._joined_version = -1
         self._joining = False
+        self._stepping = False
+        # the leader's partition counts when it assigned (a change calls for a rebalance)
+        self._assigned_counts: dict[str, int] | None = None
+        self._next_metadata_check_ms = 0.0
         self._pending_apply: tuple[set[TopicPartition], int] | None = None
         self._lost: set[TopicPartition] = set()
         self._coordinator: str | None = None
@@ -143,6 +147,14 @@ class GroupMember:
     # --- the join, one step at a time (on the loop) ---------------------------------------
     async def step(self) -> RebalanceCallbacks | None:
         """Advance the membership; callbacks for the caller's thread, or None when done."""
+        self._stepping = True
+        try:
+            return await self._step()
+        finally:
+            self._stepping = False
+            self.last_poll_ms = _now_ms()  # a long join inside poll() is not a stalled app
+
+    async def _step(self) -> RebalanceCallbacks | None:
         if self.fatal is not None:
             err, self.fatal = self.fatal, None
             raise err
@@ -249,6 +261,8 @@ class GroupMember:
             self.member_id = response.member_id
             self.generation = response.generation
             self.protocol = response.protocol_name or None
+            if response.leader_id != self.member_id:
+                self._assigned_counts = None
             return response
         if code is ErrorCode.MEMBER_ID_REQUIRED:
             self.member_id = response.member_id
@@ -303,6 +317,8 @@ class GroupMember:
                 generation=gen))
             topics.update(sub.topics)
         counts = await self._partition_counts(topics)
+        self._assigned_counts = {t: counts.get(t, 0) for t in topics}
+        self._next_metadata_check_ms = _now_ms() + self.settings.metadata_max_age_ms
         result = assignor(members, counts)
         log.info("group %s generation %d: %s assignment %s", self.group_id, self.generation,
                  name, result)
@@ -400,7 +416,8 @@ class GroupMember:
             await asyncio.sleep(interval)
             if self.generation < 0 or self.closed:
                 return
-            if _now_ms() - self.last_poll_ms > self.settings.max_poll_interval_ms:
+            if (not self._stepping
+                    and _now_ms() - self.last_poll_ms > self.settings.max_poll_interval_ms):
                 log.warning(
                     "group %s: poll() not called for more than max_poll_interval_ms=%d; "
                     "leaving the group (increase max_poll_interval_ms or reduce "
@@ -411,6 +428,7 @@ class GroupMember:
             if self._joining:
                 continue
             try:
+                await self._check_partition_counts()
                 await self._send_heartbeat()
             except StromError as exc:
                 if exc.code is ErrorCode.FENCED_INSTANCE_ID:
@@ -440,6 +458,22 @@ class GroupMember:
             self._reset(code)
         else:
             raise self._error("Heartbeat", code, response.error_message)
+
+    async def _check_partition_counts(self) -> None:
+        """The leader rejoins when a subscribed topic appears or grows (Kafka's metadata
+        snapshot check), so new partitions get an owner without waiting for the broker."""
+        counts = self._assigned_counts
+        if counts is None or _now_ms() < self._next_metadata_check_ms or self.rejoin_needed:
+            return
+        self._next_metadata_check_ms = _now_ms() + self.settings.metadata_max_age_ms
+        self.core.metadata.mark_stale()
+        found = await self._partition_counts(set(self.topics) | set(counts))
+        now = {t: found.get(t, 0) for t in set(self.topics) | set(counts)}
+        if now != counts:
+            log.info("group %s: partition counts changed %s -> %s; rebalancing", self.group_id,
+                     counts, now)
+            self.rejoin_needed = True
+            self.core.on_data()
 
     def _reset(self, code: ErrorCode) -> None:
         log.info("group %s: %s; the partitions are lost, rejoining", self.group_id, code.name)

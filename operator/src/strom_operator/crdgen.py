@@ -84,11 +84,18 @@ CLUSTER_STATUS = _obj(
         "underReplicatedPartitions": {"type": "integer", "minimum": 0},
         "offlinePartitions": {"type": "integer", "minimum": 0},
         "configHash": {"type": "string"},
+        "unmanagedTopics": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Topics in the cluster without a StromTopic (reported, never deleted).",
+        },
         "rebalance": _obj(
             {
                 "state": {"type": "string"},
                 "movesTotal": {"type": "integer", "minimum": 0},
                 "movesDone": {"type": "integer", "minimum": 0},
+                "partitionsMoving": {"type": "integer", "minimum": 0},
+                "percent": {"type": "number", "minimum": 0, "maximum": 100},
             },
             "Progress of the current partition reassignment.",
         ),
@@ -126,6 +133,10 @@ GROUP_STATUS = _obj(
             ),
         },
         "appliedResetGeneration": {"type": "integer", "minimum": 0},
+        "appliedResetHash": {
+            "type": "string",
+            "description": "Fingerprint of the last spec.resetOffsets applied (applied once).",
+        },
         "autoscale": _obj(
             {
                 "replicas": {"type": "integer", "minimum": 0},

@@ -71,3 +71,7 @@ class FakeApi:
     def delete(self, api_version, kind, namespace, name):
         self.calls.append(("delete", kind, name))
         return self.objects.pop((api_version, kind, namespace, name), None) is not None
+
+    def scale(self, api_version, kind, namespace, name, replicas):
+        self.calls.append(("scale", kind, name))
+        self.patch(api_version, kind, namespace, name, {"spec": {"replicas": replicas}})

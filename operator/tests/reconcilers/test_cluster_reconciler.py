@@ -218,14 +218,14 @@ def test_topic_validation_status():
 
     api = FakeApi()
     with pytest.raises(rc.ReconcileError) as err:
-        validation.reconcile(api, "StromTopic", _topic_body({"partitions": 0}), None)
+        validation.check(api, "StromTopic", _topic_body({"partitions": 0}), None)
     assert err.value.permanent
     ready = next(c for c in api.find("StromTopic", "orders")["status"]["conditions"])
     assert ready["reason"] == "InvalidSpec" and "spec.clusterRef" in ready["message"]
     assert ready["observedGeneration"] == 3
 
     with pytest.raises(rc.ReconcileError) as err:
-        validation.reconcile(
+        validation.check(
             api,
             "StromTopic",
             _topic_body({"clusterRef": {"name": "c"}, "partitions": 2}),
@@ -234,7 +234,7 @@ def test_topic_validation_status():
     assert err.value.reason == "InvalidChange" and "only grow" in str(err.value)
 
     with pytest.raises(rc.ReconcileError) as err:
-        validation.reconcile(api, "StromTopic", _topic_body({"clusterRef": {"name": "c"}}), None)
+        validation.check(api, "StromTopic", _topic_body({"clusterRef": {"name": "c"}}), None)
     assert err.value.reason == "ClusterNotFound" and not err.value.permanent
 
     api.put(
@@ -242,8 +242,8 @@ def test_topic_validation_status():
             "apiVersion": "strom.dev/v1alpha1",
             "kind": "StromCluster",
             "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"storage": {"size": "1Gi"}},
         }
     )
-    validation.reconcile(api, "StromTopic", _topic_body({"clusterRef": {"name": "c"}}), None)
-    ready = api.find("StromTopic", "orders")["status"]["conditions"][0]
-    assert ready["reason"] == "AdminApiPending"
+    checked = validation.check(api, "StromTopic", _topic_body({"clusterRef": {"name": "c"}}), None)
+    assert checked.cluster_ref.name == "c" and checked.spec.partitions == 1

@@ -7,16 +7,25 @@ already written the reason into ``status.conditions``; the events are posted her
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import kopf
 
 from strom_operator.handlers import metrics
 from strom_operator.reconcilers import cluster as reconciler
+from strom_operator.reconcilers.admin import AdminClusterAdmin
 from strom_operator.reconcilers.kube import KubernetesApi
 
 GROUP, VERSION, PLURAL = "strom.dev", "v1alpha1", "stromclusters"
 MAX_DELAY = 300.0
+
+
+@functools.cache
+def default_admin() -> AdminClusterAdmin:
+    """The Admin API client every handler uses (settings from the environment, see
+    :mod:`strom_operator.reconcilers.admin`)."""
+    return AdminClusterAdmin.from_env()
 
 
 def backoff(retry: int) -> float:
@@ -33,7 +42,9 @@ def run(body: kopf.Body, old_spec: dict[str, Any] | None, retry: int) -> None:
     raw = dict(body)
     try:
         with metrics.RECONCILE_SECONDS.labels("StromCluster").time():
-            outcome = reconciler.ClusterReconciler(KubernetesApi()).reconcile(raw, old_spec)
+            outcome = reconciler.ClusterReconciler(KubernetesApi(), default_admin()).reconcile(
+                raw, old_spec
+            )
     except reconciler.ReconcileError as err:
         result = "invalid" if err.permanent else "error"
         metrics.RECONCILE_TOTAL.labels("StromCluster", result).inc()
@@ -65,11 +76,13 @@ def on_resume(body: kopf.Body, retry: int, **_: Any) -> None:
     run(body, None, retry)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=30.0, initial_delay=30.0, idle=10.0)
+@kopf.timer(GROUP, VERSION, PLURAL, interval=15.0, initial_delay=15.0, idle=10.0)
 def periodic(body: kopf.Body, **_: Any) -> None:
-    """Progress that needs no spec change: rolls, drains, waiting for brokers, status."""
+    """Progress that needs no spec change: rolls, drains, rebalances, waiting for brokers."""
     try:
-        outcome = reconciler.ClusterReconciler(KubernetesApi()).reconcile(dict(body))
+        outcome = reconciler.ClusterReconciler(KubernetesApi(), default_admin()).reconcile(
+            dict(body)
+        )
     except reconciler.ReconcileError:
         return  # the status says why; the change handlers own the retries
     _post(body, outcome.events)

@@ -31,11 +31,16 @@ class PartitionInfo:
 
 @dataclasses.dataclass(frozen=True)
 class Moving:
-    """One partition reassignment in flight; ``percent`` None when the leader could not say."""
+    """One partition reassignment in flight; ``percent`` None when the leader could not say.
+
+    While it runs the partition's replica list is the union of old and new replicas (KIP-455);
+    ``removing`` are the ones that will go, so the target replication factor is known.
+    """
 
     topic: str
     partition: int
     percent: float | None
+    removing: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +103,8 @@ def build_state(
 ) -> ClusterState:
     """``brokers``: every registered broker id with its rack (fenced ones included)."""
     fenced_ids = set(fenced)
+    removing = {(m.topic, m.partition): set(m.removing) for m in moving}
+    max_rf = 0
     per_broker = {b: 0 for b in brokers}
     assignment: dict[TopicPartition, list[int]] = {}
     leaders: dict[TopicPartition, int] = {}
@@ -112,10 +119,11 @@ def build_state(
             under += 1
         if p.leader < 0:
             offline += 1
+        max_rf = max(max_rf, len(set(p.replicas) - removing.get(tp, set())))
     return ClusterState(
         registered=frozenset(b for b in brokers if b not in fenced_ids),
         replicas_per_broker=per_broker,
-        max_replication_factor=max((len(p.replicas) for p in partitions), default=0),
+        max_replication_factor=max_rf,
         partitions=len(partitions),
         under_replicated=under,
         active_controller=controller if controller is not None and controller >= 0 else None,

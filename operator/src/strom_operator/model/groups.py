@@ -44,9 +44,7 @@ class GroupView:
 def lag_status(view: GroupView, topics: Iterable[str]) -> dict[str, Any]:
     """``status`` fields: state, members, per-partition lag (the spec's topics only), total."""
     wanted = set(topics)
-    rows = sorted(
-        (r for r in view.lags if r.topic in wanted), key=lambda r: (r.topic, r.partition)
-    )
+    rows = sorted((r for r in view.lags if r.topic in wanted), key=lambda r: (r.topic, r.partition))
     out_rows: list[dict[str, Any]] = []
     for r in rows:
         row: dict[str, Any] = {

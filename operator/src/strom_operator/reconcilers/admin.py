@@ -165,9 +165,7 @@ def parse_overrides(text: str | None) -> dict[str, str]:
     return {"*": raw}
 
 
-def resolve_bootstrap(
-    ref: ClusterRef, spec: StromClusterSpec, overrides: Mapping[str, str]
-) -> str:
+def resolve_bootstrap(ref: ClusterRef, spec: StromClusterSpec, overrides: Mapping[str, str]) -> str:
     """The address the operator dials: an override, else the bootstrap Service."""
     key = f"{ref.namespace}/{ref.name}"
     if key in overrides:
@@ -252,7 +250,9 @@ class AdminClusterAdmin:
                 for t in described
                 for p in t.partitions
             ],
-            moving=[Moving(m.topic, m.partition, m.percent_done) for m in moving],
+            moving=[
+                Moving(m.topic, m.partition, m.percent_done, tuple(m.removing)) for m in moving
+            ],
             topics=[t.name for t in described if not t.internal],
         )
 
@@ -263,10 +263,12 @@ class AdminClusterAdmin:
         targets: Mapping[TopicPartition, Sequence[int]],
         throttle_bytes_per_sec: int,
     ) -> None:
-        throttle = throttle_bytes_per_sec if throttle_bytes_per_sec > 0 else -1
+        """``throttle_bytes_per_sec`` as the Admin API takes it: N > 0 sets the cluster's
+        replication throttle, 0 keeps it, -1 removes it."""
         with self._session(ref, spec) as admin:
             admin.alter_partition_reassignments(
-                {tp: list(r) for tp, r in targets.items()}, throttle_bytes_per_sec=throttle
+                {tp: list(r) for tp, r in targets.items()},
+                throttle_bytes_per_sec=throttle_bytes_per_sec,
             )
 
     def elect_preferred(
@@ -289,9 +291,11 @@ class AdminClusterAdmin:
         with self._session(ref, spec) as admin:
             cluster = admin.describe_cluster()
             described = admin.describe_topics(None, include_internal=True)
-            moving = admin.list_partition_reassignments([name]) if any(
-                t.name == name for t in described
-            ) else []
+            moving = (
+                admin.list_partition_reassignments([name])
+                if any(t.name == name for t in described)
+                else []
+            )
         fenced = set(cluster.fenced_broker_ids)
         racks = {b.broker_id: b.rack for b in cluster.brokers if b.broker_id not in fenced}
         loads = dict.fromkeys(racks, 0)
@@ -358,9 +362,7 @@ class AdminClusterAdmin:
             state=str(description.state),
             members=len(description.members),
             lags=tuple(
-                PartitionLag(
-                    r.topic, r.partition, r.committed, int(r.log_end_offset), int(r.lag)
-                )
+                PartitionLag(r.topic, r.partition, r.committed, int(r.log_end_offset), int(r.lag))
                 for r in lags
             ),
             partitions=sum(len(t.partitions) for t in described),

@@ -242,12 +242,8 @@ class ClusterReconciler:
                     self._refuse(ctx, current, refused)
                     return
             if decision.step == "ElectLeaders" and state is not None:
-                self._admin_call(
-                    "scaling",
-                    lambda: self.admin.elect_preferred(
-                        ctx.ref, ctx.spec, state.led_by(decision.leaving)  # type: ignore[arg-type]
-                    ),
-                )
+                spec, led = ctx.spec, state.led_by(decision.leaving)
+                self._admin_call("scaling", lambda: self.admin.elect_preferred(ctx.ref, spec, led))
             ctx.condition(conditions.SCALING, "True", decision.step, decision.message)
             return
         ctx.statefulset_replicas = desired
@@ -271,9 +267,7 @@ class ClusterReconciler:
         except AdminError as err:
             raise ReconcileError(step, "AdminApiError", str(err)) from err
 
-    def _start_moves(
-        self, ctx: Context, state: ClusterState, keep: range, why: str
-    ) -> str | None:
+    def _start_moves(self, ctx: Context, state: ClusterState, keep: range, why: str) -> str | None:
         """Reassign so only ``keep`` holds replicas, evenly; the reason when that is impossible."""
         assert ctx.spec is not None
         try:
@@ -291,7 +285,10 @@ class ClusterReconciler:
             return None
         spec = ctx.spec
         self._admin_call(
-            "scaling", lambda: self.admin.reassign(ctx.ref, spec, targets, self.throttle)
+            "scaling",
+            lambda: self.admin.reassign(
+                ctx.ref, spec, targets, scaling.throttle_arg(self.throttle)
+            ),
         )
         throttle = f"{self.throttle} B/s" if self.throttle > 0 else "unthrottled"
         message = (
@@ -460,7 +457,6 @@ class ClusterReconciler:
                 conditions.READY, "False", "BrokersNotReady", f"{ready}/{want} brokers ready"
             )
         self._write_status(ctx)
-
 
     def _managed_topics(self, ctx: Context) -> list[str]:
         out = []

@@ -71,6 +71,10 @@ class KubeApi(Protocol):
 
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool: ...
 
+    def scale(
+        self, api_version: str, kind: str, namespace: str | None, name: str, replicas: int
+    ) -> None: ...
+
 
 def path_of(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
     try:
@@ -197,3 +201,15 @@ class KubernetesApi:
                 return False
             raise
         return True
+
+    def scale(
+        self, api_version: str, kind: str, namespace: str | None, name: str, replicas: int
+    ) -> None:
+        """Through the ``scale`` subresource, as ``kubectl scale`` and the HPA do (so only the
+        replica count is touched, whoever manages the rest of the workload)."""
+        self._call(
+            "PATCH",
+            path_of(api_version, kind, namespace, name) + "/scale",
+            body={"spec": {"replicas": replicas}},
+            content_type="application/merge-patch+json",
+        )

@@ -170,3 +170,15 @@ def test_options_pickle() -> None:
 
     o = parse_read_options({**BASE, "startingOffsets": '{"events": {"0": 1}}'}, "streaming")
     assert pickle.loads(pickle.dumps(o)) == o
+
+
+def test_commit_marker_options() -> None:
+    w = parse_write_options({"bootstrap.servers": "h:1"})
+    assert (w.commit_topic, w.commit_markers) == ("__strom_spark_commits", True)
+    w = parse_write_options({"bootstrap.servers": "h:1", "committopic": "my.commits",
+                             "commitmarkers": "false"})
+    assert (w.commit_topic, w.commit_markers) == ("my.commits", False)
+    with pytest.raises(StromOptionError, match="commitTopic='bad topic'"):
+        parse_write_options({"bootstrap.servers": "h:1", "commitTopic": "bad topic"})
+    with pytest.raises(StromOptionError, match="commitMarkers='maybe' must be true or false"):
+        parse_write_options({"bootstrap.servers": "h:1", "commitMarkers": "maybe"})

@@ -29,7 +29,10 @@ Read options (batch and streaming):
 ===============================  ===========================================================
 
 Write options: ``bootstrap.servers``, ``topic`` (used when a row has no ``topic`` column or it is
-null), ``linger.ms``, ``batch.size``, ``compression.type`` (each also with a ``kafka.`` prefix).
+null), ``linger.ms``, ``batch.size``, ``compression.type`` (each also with a ``kafka.`` prefix);
+streaming only: ``commitTopic`` (marker topic of committed micro-batches, default
+``__strom_spark_commits``) and ``commitMarkers`` (``true`` default | ``false``: no markers, so a
+replayed micro-batch is written again; see :mod:`strom_spark.sink`).
 Spark's own generic options (``path``, ``checkpointLocation``, ...) are accepted and ignored.
 """
 
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from strom_spark.errors import StromOptionError
+from strom_spark.markers import DEFAULT_COMMIT_TOPIC
 from strom_spark.offsets import (
     EARLIEST,
     LATEST,
@@ -77,6 +81,8 @@ _WRITE_OPTIONS = (
     "linger.ms",
     "batch.size",
     "compression.type",
+    "commitTopic",
+    "commitMarkers",
 )
 #: Options with a Kafka-client meaning, accepted with or without the ``kafka.`` prefix.
 _CLIENT_OPTIONS = frozenset(
@@ -172,6 +178,9 @@ class WriteOptions:
     linger_ms: int = 5
     batch_size: int = 256 * 1024
     compression_type: str = "none"
+    #: Streaming: where committed micro-batches are recorded, and whether they are.
+    commit_topic: str = DEFAULT_COMMIT_TOPIC
+    commit_markers: bool = True
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -389,10 +398,18 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         raise StromOptionError(
             f"option compression.type={compression!r} must be none, gzip, snappy, lz4 or zstd"
         )
+    commit_topic = opts.get("commitTopic", DEFAULT_COMMIT_TOPIC).strip()
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", commit_topic):
+        raise StromOptionError(
+            f"option commitTopic={commit_topic!r} is not a valid topic name (1-249 ASCII "
+            "letters, digits, '.', '_' or '-')"
+        )
     return WriteOptions(
         bootstrap_servers=_bootstrap(opts),
         topic=topic,
         linger_ms=5 if linger is None else linger,
         batch_size=256 * 1024 if batch is None else batch,
         compression_type=compression,
+        commit_topic=commit_topic,
+        commit_markers=_bool(opts, "commitMarkers", True),
     )

@@ -8,25 +8,47 @@ binary>>``). Other columns are ignored. The schema is checked on the driver, whe
 writer, so a missing ``value`` or a missing topic fails the query before any task runs.
 
 Spark hands the rows to ``write()`` as Arrow batches (the Arrow writer classes); columns become
-Python lists once per batch, not values once per row. Each task opens one Producer with
-``acks=all`` and waits for every record's acknowledgement before it reports success; any failed
-record fails the task.
+Python lists once per batch, not values once per row. Each task opens one idempotent Producer
+(``acks=all``, ``enable_idempotence=True``: the broker drops the duplicates of the producer's own
+retries and keeps each partition's records in send order, across leader failovers of replicated
+topics) and waits for every record's acknowledgement before it reports success; any failed record
+fails the task.
 
-Delivery guarantee — at-least-once, today. A task retried by Spark, or a micro-batch replayed
-after a restart (Spark re-runs a batch whose commit was not recorded), sends its rows again.
-Exactly-once output per micro-batch needs two broker features that come later: the idempotent
-producer (producer id + sequence numbers: removes duplicates from the producer's own retries) and
-transactions. With them, the stream writer will open a transaction per task keyed on
-``(query id, partition id)`` and commit all of a micro-batch's transactions from ``commit(batchId)``
-on the driver, recording ``batchId`` with them; a replayed batch id is then aborted instead of
-written twice, so readers using read_committed see each micro-batch exactly once. Until then, make
-consumers idempotent (e.g. key the output and deduplicate on it downstream).
+Delivery guarantees, precisely:
+
+* **Batch writes (``df.write``): at least once.** A task that fails after some of its records were
+  acknowledged and is retried by Spark writes those records again; a failed job leaves the
+  records of its successful tasks in the topics. No duplicates come from network retries.
+* **Streaming (``df.writeStream``): each micro-batch is committed at most once, keyed on the
+  batch id.** Spark re-runs the last micro-batch after a restart when its entry in the
+  checkpoint's ``commits/`` log is missing, including when the driver stopped *after* the sink's
+  ``commit(batchId)`` — a naive sink writes that batch twice. Here ``commit(messages, batchId)``
+  on the driver records ``(query id, batchId)`` in a compacted marker topic (option
+  ``commitTopic``, default ``__strom_spark_commits``; see :mod:`strom_spark.markers`), and every
+  task first looks up its query's newest marker (one small read per task) and writes nothing when
+  its batch is already there. The query id is Spark's ``StreamingQuery.id``, which the checkpoint
+  keeps across restarts; a new checkpoint is a new query.
+* **Not covered — duplicates remain possible (at least once) in two cases:** (1) a task that
+  failed after part of its rows were acknowledged and was retried within the same micro-batch
+  (or a speculative duplicate attempt) writes those rows again; (2) a driver that stopped after
+  some tasks of batch ``N`` wrote but before ``commit(N)`` replays batch ``N`` in full. Removing
+  these needs broker transactions (records invisible until the batch commits), which Strom does
+  not have. Until then every streamed record carries the headers ``strom.spark.query``,
+  ``strom.spark.batch`` and ``strom.spark.writer`` (one id per task attempt), and the batch's
+  marker lists the writers of its committed output: a consumer that keeps only records whose
+  writer is in their batch's marker reads each micro-batch exactly once (markers of older
+  batches are eventually compacted away, so such a consumer must follow the marker topic as it
+  goes). Simpler alternative: key the output and deduplicate downstream.
+* With ``commitMarkers=false``, or where Spark gives the task no query id (it always does for
+  micro-batch queries), nothing is recorded or checked and a replayed batch is written again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import secrets
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,9 +70,15 @@ from pyspark.sql.types import (
 )
 
 from strom_spark.errors import StromOptionError, StromWriteError
+from strom_spark.markers import CommitMarker, already_committed, batch_headers
 from strom_spark.options import WriteOptions
 
 log = logging.getLogger("strom_spark")
+
+#: Local properties Spark's micro-batch execution sets on every job of a batch; Python tasks see
+#: them through ``TaskContext.getLocalProperty``.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 @dataclass
@@ -60,6 +88,41 @@ class StromCommitMessage(WriterCommitMessage):
     records: int = 0
     #: ``"topic-partition" -> (first offset, last offset)`` acknowledged by the brokers.
     offsets: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Streaming: the task's query, micro-batch and writer id (None for batch writes).
+    query: str | None = None
+    batch: int | None = None
+    writer: str | None = None
+    #: Streaming: the batch was already committed (a replay), so the task wrote nothing.
+    skipped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TaskBatch:
+    """Which micro-batch of which query a streaming write task belongs to, and its writer id."""
+
+    query: str
+    batch: int
+    writer: str
+
+
+def current_task_batch() -> TaskBatch | None:
+    """The running task's query and batch, from Spark's local properties (None outside one)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None
+    query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+    batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+    if not query or not batch:
+        return None
+    try:
+        batch_id = int(batch)
+    except ValueError:
+        return None
+    # unique per task attempt, including attempts of the same task in an earlier run
+    writer = f"{ctx.partitionId()}.{ctx.attemptNumber()}.{secrets.token_hex(4)}"
+    return TaskBatch(query, batch_id, writer)
 
 
 def _is_bytes_like(dt: DataType) -> bool:
@@ -117,13 +180,19 @@ def _as_bytes(values: list[Any]) -> list[bytes | None]:
     return [v.encode() if isinstance(v, str) else v for v in values]
 
 
-def write_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch]) -> StromCommitMessage:
-    """Send every row of ``batches``; return once all are acknowledged (or raise)."""
+def write_batches(
+    opts: WriteOptions,
+    batches: Iterator[pa.RecordBatch],
+    extra_headers: Sequence[tuple[str, bytes]] = (),
+) -> StromCommitMessage:
+    """Send every row of ``batches`` (each with ``extra_headers`` appended to its own); return
+    once all are acknowledged (or raise)."""
     from strom.client import Producer
 
     producer = Producer(
         opts.bootstrap_servers,
         acks="all",
+        enable_idempotence=True,
         linger_ms=opts.linger_ms,
         batch_size=opts.batch_size,
         compression_type=opts.compression_type,
@@ -149,6 +218,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Stro
             headers = column("headers")
             send = producer.send
             default_topic = opts.topic
+            extra = list(extra_headers)
             for i in range(n):
                 topic = topics[i] or default_topic
                 if topic is None:
@@ -162,13 +232,13 @@ def write_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Stro
                         values[i],
                         keys[i],
                         partition=parts[i],
-                        headers=None
+                        headers=(extra or None)
                         if not hdrs
                         else [
                             (h["key"], h["value"].encode() if isinstance(h["value"], str)
                              else h["value"])
                             for h in hdrs
-                        ],
+                        ] + extra,
                     )
                 )
             count += n
@@ -203,28 +273,89 @@ class StromBatchWriter(DataSourceArrowWriter):
         written = sum(m.records for m in messages if isinstance(m, StromCommitMessage))
         log.warning(
             "strom write aborted; %d records of successful tasks are already in the topic "
-            "(no transactions yet: see strom_spark.sink)",
+            "(no transactions: see strom_spark.sink)",
             written,
         )
 
 
 class StromStreamWriter(DataSourceStreamArrowWriter):
+    """Micro-batch writer; see the module docstring for what is and is not written once."""
+
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         check_write_schema(schema, opts)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return write_batches(self.opts, iterator)
+        task = current_task_batch()
+        if task is None:
+            log.warning("strom stream write without a streaming query id: no commit marker "
+                        "check, no batch headers (at-least-once)")
+            return write_batches(self.opts, iterator)
+        if self.opts.commit_markers:
+            from strom_spark.commit_log import last_marker
+
+            marker = last_marker(self.opts.bootstrap_servers, self.opts.commit_topic, task.query)
+            if already_committed(task.batch, marker):
+                # drain the input: Spark's Python worker expects the whole stream to be read
+                rows = sum(b.num_rows for b in iterator)
+                log.info("strom micro-batch %d of query %s was committed before (marker in "
+                         "%s); this replay writes nothing (%d rows skipped)",
+                         task.batch, task.query, self.opts.commit_topic, rows)
+                return StromCommitMessage(query=task.query, batch=task.batch,
+                                          writer=task.writer, skipped=True)
+        msg = write_batches(self.opts, iterator,
+                            batch_headers(task.query, task.batch, task.writer))
+        msg.query, msg.batch, msg.writer = task.query, task.batch, task.writer
+        return msg
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        total = sum(m.records for m in messages if isinstance(m, StromCommitMessage))
-        log.info("strom micro-batch %d committed: %d records", batchId, total)
+        msgs = [m for m in messages if isinstance(m, StromCommitMessage)]
+        total = sum(m.records for m in msgs)
+        queries = {m.query for m in msgs if m.query}
+        if not self.opts.commit_markers or not queries:
+            log.info("strom micro-batch %d committed: %d records (no marker)", batchId, total)
+            return
+        if len(queries) > 1:
+            raise StromWriteError(
+                f"micro-batch {batchId}: tasks report different query ids {sorted(queries)}"
+            )
+        query = queries.pop()
+        for m in msgs:
+            if m.batch is not None and m.batch != batchId:
+                log.warning("strom micro-batch %d: a task reported batch %d", batchId, m.batch)
+        written = [m for m in msgs if not m.skipped]
+        if not written:
+            log.info("strom micro-batch %d of query %s: replay of a committed batch, nothing "
+                     "written, marker kept", batchId, query)
+            return
+        from strom_spark.commit_log import last_marker, record_commit
+
+        writers = tuple(m.writer for m in written if m.writer)
+        if len(written) < len(msgs):
+            # Cannot happen while batch ids are committed in order (a marker for this batch is
+            # only written once all its tasks succeeded); keep the earlier writers if it does.
+            log.warning("strom micro-batch %d of query %s: some tasks found the batch committed "
+                        "and others wrote; recording it again", batchId, query)
+            before = last_marker(self.opts.bootstrap_servers, self.opts.commit_topic, query)
+            if before is not None and before.batch == batchId:
+                writers = before.writers + writers
+        marker = CommitMarker(
+            query=query,
+            batch=batchId,
+            records=total,
+            writers=writers,
+            committed_at_ms=int(time.time() * 1000),
+        )
+        record_commit(self.opts.bootstrap_servers, self.opts.commit_topic, marker)
+        log.info("strom micro-batch %d of query %s committed: %d records, marker in %s",
+                 batchId, query, total, self.opts.commit_topic)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         written = sum(m.records for m in messages if isinstance(m, StromCommitMessage))
         log.warning(
             "strom micro-batch %d aborted; %d records of successful tasks are already in the "
-            "topic and will be written again when the batch is retried (at-least-once)",
+            "topic and will be written again when the batch is retried (no marker was "
+            "recorded; consumers can drop them by their strom.spark.writer header)",
             batchId,
             written,
         )

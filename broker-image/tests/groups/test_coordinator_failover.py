@@ -68,6 +68,11 @@ async def cluster(tmp_path: Path) -> AsyncIterator[dict[int, Member]]:
         core.publisher.on_leadership = groups.on_leadership
         await groups.start()
         members[i] = Member(server, groups)
+    end = time.monotonic() + 30
+    while time.monotonic() < end and any(
+            len(m.server.core.metadata.live_brokers()) < 3 for m in members.values()
+            if m.server.core is not None):
+        await asyncio.sleep(0.05)
     try:
         yield members
     finally:

@@ -631,6 +631,8 @@ class GroupMember:
                         timeout=self.settings.request_timeout_ms / 1000.0)
                 except grpc.RpcError as exc:
                     last = rpc_error(exc)
+                    if not last.retriable:
+                        raise last from None
                     continue
                 code = error_code_from_int(response.error_code)
                 if code is ErrorCode.NONE:

@@ -133,3 +133,13 @@ def test_leader_rebalances_when_a_subscribed_topic_appears(fake_cluster: FakeClu
         _fill(fake_cluster, "later", 2, 0)
         _poll_until(c, lambda: len(c.assignment()) == 3)
         assert fake_cluster.group_coordinator.groups["g"].generation > generation
+
+
+def test_session_timeout_outside_the_brokers_bounds_is_reported(
+        fake_cluster: FakeCluster) -> None:
+    _fill(fake_cluster, "t", 1, 0)
+    with _consumer(fake_cluster, session_timeout_ms=50, heartbeat_interval_ms=10) as c:
+        c.subscribe(["t"])
+        with pytest.raises(StromError, match="session_timeout_ms=50") as info:
+            _poll_until(c, lambda: False, 10)
+        assert info.value.code is ErrorCode.INVALID_SESSION_TIMEOUT

@@ -114,6 +114,7 @@ class AsyncConsumer:
         g = self._group
         if g is not None and g.subscribed:
             await self._settle_step()
+            await g.settle()
             owned = sorted(g.owned)
             if owned:
                 await self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
@@ -335,6 +336,7 @@ class AsyncConsumer:
                     log.warning("group %s: commit on close failed: %s", g.group_id, exc)
             self._run_commit_callbacks()
             if g.subscribed:
+                await g.settle()
                 owned = sorted(g.owned)
                 if owned:
                     await self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0

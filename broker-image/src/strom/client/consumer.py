@@ -195,6 +195,7 @@ class Consumer:
         g = self._group
         if g is not None and g.subscribed:
             self._wait_step()
+            self._thread.run(g.settle())
             owned = sorted(g.owned)
             if owned:
                 self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
@@ -362,6 +363,7 @@ class Consumer:
                     log.warning("group %s: commit on close failed: %s", g.group_id, exc)
             self._run_commit_callbacks()
             if g.subscribed:
+                self._thread.run(g.settle())
                 owned = sorted(g.owned)
                 if owned:
                     self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0

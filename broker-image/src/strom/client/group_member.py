@@ -209,6 +209,11 @@ class GroupMember:
         self._drop(self.owned - keep)
         return None
 
+    async def settle(self) -> None:
+        """Finish a revocation whose callbacks were delivered (before leaving or closing)."""
+        if self._pending_apply is not None:
+            await self._apply_pending()
+
     def _drop(self, gone: set[TopicPartition]) -> None:
         if not gone:
             return
@@ -669,6 +674,11 @@ class GroupMember:
         return response
 
     def _error(self, rpc: str, code: ErrorCode, message: str) -> StromError:
+        if code is ErrorCode.INVALID_SESSION_TIMEOUT:
+            detail = f" ({message})" if message else ""
+            return StromError(code, f"{rpc}: session_timeout_ms={self.settings.session_timeout_ms}"
+                                    f" is outside the broker's group.min.session.timeout.ms .. "
+                                    f"group.max.session.timeout.ms; choose a value inside{detail}")
         if code is ErrorCode.FENCED_INSTANCE_ID:
             return StromError(code, f"{rpc}: group_instance_id={self.instance_id!r} is in use "
                                     f"by another consumer of group {self.group_id!r}; give "

@@ -17,6 +17,13 @@ follower lag, replication bytes) are read from the
 ``strom_offline_partitions`` counts a leaderless partition on its preferred replica only, so a
 sum over brokers counts each partition once.
 
+Consumer groups (``watch_groups``): ``strom_consumer_groups{state}`` counts the groups this
+broker coordinates; ``strom_consumer_group_committed_offset`` and ``strom_consumer_group_lag``
+(per group, topic, partition) are read at scrape time from the loaded ``__consumer_offsets``
+partitions, lag only where this broker hosts the partition and so knows its high watermark (the
+lag a consumer can act on: records below the high watermark are the readable ones). Rebalances
+are counted and timed per group as they happen.
+
 Names follow Kafka's ``BrokerTopicMetrics`` (bytes/messages in and out per topic); messages out
 are counted from the batch headers' record counts, without decoding records.
 """

@@ -61,15 +61,19 @@ def _poll_until(c: Consumer, done: Callable[[], bool], timeout: float = 15) -> l
 class Recorder(ConsumerRebalanceListener):
     def __init__(self) -> None:
         self.events: list[tuple[str, list[TopicPartition]]] = []
+        self.threads: set[str] = set()
 
     def on_partitions_revoked(self, partitions: list[TopicPartition]) -> None:
         self.events.append(("revoked", partitions))
+        self.threads.add(threading.current_thread().name)
 
     def on_partitions_assigned(self, partitions: list[TopicPartition]) -> None:
         self.events.append(("assigned", partitions))
+        self.threads.add(threading.current_thread().name)
 
     def on_partitions_lost(self, partitions: list[TopicPartition]) -> None:
         self.events.append(("lost", partitions))
+        self.threads.add(threading.current_thread().name)
 
 
 @contextmanager
@@ -221,6 +225,9 @@ def test_listener_revoked_before_assigned_and_commit_inside(fake_cluster: FakeCl
         assert a_listener.events[2][0] == "assigned" and len(a_listener.events[2][1]) == 1
         assert committed_in_callback == [{tp: 2 for tp in everything}]
         assert [e[0] for e in b_listener.events] == ["assigned"]
+        # never on the client's loop thread: on the test thread or the polling threads
+        assert a_listener.threads and not any(
+            name.startswith("strom-") for name in a_listener.threads | b_listener.threads)
         # b resumes the partition it took over from what a committed: nothing left to read
         tp_b = next(iter(b.assignment()))
         assert b.position(tp_b) == 2

@@ -112,7 +112,6 @@ class GroupMember:
         self._assigned_counts: dict[str, int] | None = None
         self._next_metadata_check_ms = 0.0
         self._pending_apply: tuple[set[TopicPartition], int] | None = None
-        self._lost: set[TopicPartition] = set()
         self._coordinator: str | None = None
         self._stubs: dict[str, group_pb2_grpc.GroupStub] = {}
         self._heartbeat: asyncio.Task[None] | None = None
@@ -134,7 +133,7 @@ class GroupMember:
             return True
         if not self.subscribed or now_ms < self.backoff_until_ms:
             return False
-        if self._pending_apply is not None or self._lost:
+        if self._pending_apply is not None:
             return True
         if self.pattern is not None and now_ms >= self.next_pattern_check_ms:
             return True
@@ -160,11 +159,6 @@ class GroupMember:
             raise err
         if not self.subscribed or self.closed:
             return None
-        if self._lost:
-            lost = sorted(self._lost)
-            self._lost.clear()
-            self._drop(set(lost))
-            return RebalanceCallbacks(lost=lost)
         if self._pending_apply is not None:
             return await self._apply_pending()
         try:
@@ -513,7 +507,6 @@ class GroupMember:
         self.pattern = None
         self.owned = set()
         self._pending_apply = None
-        self._lost.clear()
         self.rejoin_needed = True
 
     async def close(self) -> None:

@@ -216,3 +216,62 @@ def test_unreachable_cluster_is_unknown_quickly() -> None:
     assert admin.describe(ref, spec) is None
     assert time.monotonic() - started < 10
     assert admin.last_error is not None and "127.0.0.1:1" in admin.last_error
+
+
+def _group_body(api: FakeApi, spec: dict[str, Any], generation: int) -> dict[str, Any]:
+    live = api.find("StromConsumerGroup", "billing")
+    return {
+        "apiVersion": "strom.dev/v1alpha1",
+        "kind": "StromConsumerGroup",
+        "metadata": {"name": "billing", "namespace": "ns", "generation": generation},
+        "spec": {"clusterRef": {"name": "c"}, "topics": [TOPIC], **spec},
+        "status": (live or {}).get("status") or {},
+    }
+
+
+def test_strom_consumer_group_lag_reset_and_autoscale_against_real_brokers(
+    tmp_path: Path,
+) -> None:
+    from strom_operator.reconcilers.group import GroupReconciler
+
+    from strom.protocol.errors import ErrorCode, StromError
+
+    with running_cluster(tmp_path, brokers=1) as cluster, cluster.admin() as admin:
+        try:
+            admin.find_coordinator("billing")
+        except StromError as err:
+            if err.code != ErrorCode.UNSUPPORTED_VERSION:
+                raise
+            pytest.skip("the broker does not serve the Group service yet (group coordinator)")
+        admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=1)
+        _produce(cluster.bootstrap)
+        per_partition = RECORDS // PARTITIONS
+        admin.commit_group_offsets(
+            "billing", {TopicPartition(TOPIC, p): per_partition for p in range(PARTITIONS)}
+        )
+        api = FakeApi()
+        api.put(_cluster_body(api, 1))
+        api.put(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "worker", "namespace": "ns"},
+                "spec": {"replicas": 1},
+            }
+        )
+        groups = GroupReconciler(api, AdminClusterAdmin({"*": cluster.bootstrap}))
+        groups.reconcile(_group_body(api, {}, 1))
+        status = api.find("StromConsumerGroup", "billing")["status"]
+        assert status["totalLag"] == 0 and status["members"] == 0
+        assert len(status["partitionLag"]) == PARTITIONS
+
+        spec = {
+            "resetOffsets": {"to": "earliest"},
+            "autoscale": {"target": {"name": "worker"}, "maxReplicas": 50, "lagPerReplica": 10},
+        }
+        groups.reconcile(_group_body(api, spec, 2))
+        committed = admin.list_group_offsets("billing")
+        assert set(committed.values()) == {0}
+        status = api.find("StromConsumerGroup", "billing")["status"]
+        assert status["totalLag"] == RECORDS and status["appliedResetGeneration"] == 2
+        assert api.find("Deployment", "worker")["spec"]["replicas"] == PARTITIONS, "capped"

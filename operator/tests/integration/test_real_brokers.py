@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 
 from strom.client import Consumer, Producer, TopicPartition
+from strom.protocol.errors import ErrorCode, StromError
 from strom.testing import Cluster, running_cluster
 from strom_operator.model.manifests import ClusterRef
 from strom_operator.model.specs import parse_cluster
 from strom_operator.reconcilers.admin import AdminClusterAdmin
 from strom_operator.reconcilers.cluster import ClusterReconciler
+from strom_operator.reconcilers.group import GroupReconciler
 from strom_operator.reconcilers.topic import TopicReconciler
 from tests.reconcilers.fake import FakeApi
 
@@ -232,10 +234,6 @@ def _group_body(api: FakeApi, spec: dict[str, Any], generation: int) -> dict[str
 def test_strom_consumer_group_lag_reset_and_autoscale_against_real_brokers(
     tmp_path: Path,
 ) -> None:
-    from strom_operator.reconcilers.group import GroupReconciler
-
-    from strom.protocol.errors import ErrorCode, StromError
-
     with running_cluster(tmp_path, brokers=1) as cluster, cluster.admin() as admin:
         try:
             admin.find_coordinator("billing")

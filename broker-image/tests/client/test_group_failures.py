@@ -26,9 +26,16 @@ def test_poll_interval_exceeded_leaves_then_rejoins_with_partitions_lost(
     with _consumer(fake_cluster, max_poll_interval_ms=600) as c:
         c.subscribe(["t"], listener=listener)
         _poll_until(c, lambda: len(c.assignment()) == 2)
-        time.sleep(1.2)  # the application stalls: the heartbeat task leaves for it
-        leaves = [call for call in fake_cluster.calls if call[1] == "LeaveGroup"]
-        assert len(leaves) == 1
+        stalled = time.monotonic()  # the application stops polling: the heartbeat task leaves
+
+        def leaves() -> list[Any]:
+            return [call for call in fake_cluster.calls if call[1] == "LeaveGroup"]
+
+        while not leaves():
+            assert time.monotonic() - stalled < 10, "no LeaveGroup after the poll timeout"
+            time.sleep(0.05)
+        assert time.monotonic() - stalled >= 0.5  # not before max_poll_interval_ms
+        assert len(leaves()) == 1
         assert fake_cluster.group_coordinator.groups["g"].members == {}
         _poll_until(c, lambda: len(listener.events) >= 3 and len(c.assignment()) == 2)
     everything = [TopicPartition("t", 0), TopicPartition("t", 1)]

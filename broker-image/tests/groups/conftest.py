@@ -40,6 +40,19 @@ class Node:
 NodeFactory = Callable[..., Awaitable[Node]]
 
 
+def wire(core: BrokerCore) -> GroupCoordinator:
+    """The core's own coordinator once ``core.py`` wires one (started by ``core.start``), else
+    one wired here as ``core.py`` will (start it after ``core.start``). Partition-count changes
+    are polled every 100 ms instead of every second."""
+    groups = getattr(core, "groups", None)
+    if not isinstance(groups, GroupCoordinator):
+        groups = GroupCoordinator(GroupSettings.from_config(core.config), core.config.broker_id,
+                                  core.metadata, core.replicas, core.topics, core.metrics)
+        core.publisher.on_leadership = groups.on_leadership
+    groups.settings = dataclasses.replace(groups.settings, metadata_poll_ms=100)
+    return groups
+
+
 @pytest.fixture
 async def make_node(tmp_path: Path) -> AsyncIterator[NodeFactory]:
     made: list[Node] = []
@@ -50,13 +63,10 @@ async def make_node(tmp_path: Path) -> AsyncIterator[NodeFactory]:
         config = BrokerConfig.from_mapping(raw)
         core = BrokerCore.create(config, port=free_port())
         core.load()
-        group_settings = dataclasses.replace(GroupSettings.from_config(config),
-                                             metadata_poll_ms=100)
-        groups = GroupCoordinator(group_settings, config.broker_id, core.metadata,
-                                  core.replicas, core.topics, core.metrics)
-        core.publisher.on_leadership = groups.on_leadership
+        groups = wire(core)
         await core.start()
-        await groups.start()
+        if not groups.started:
+            await groups.start()
         node = Node(core, groups)
         made.append(node)
         return node

@@ -75,6 +75,10 @@ class GroupCoordinator:
     def now_ms(self) -> int:
         return self._clock()
 
+    @property
+    def started(self) -> bool:
+        return self._started
+
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -171,9 +175,8 @@ class GroupCoordinator:
         task.add_done_callback(self._tasks.discard)
 
     async def _housekeeping(self) -> None:
-        interval = self.settings.metadata_poll_ms / 1000
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.settings.metadata_poll_ms / 1000)
             try:
                 self._reconcile_all()
                 if self._refresh_counts():

@@ -116,7 +116,7 @@ async def operator(kmock, tmp_path, monkeypatch):
 
     import strom_operator.handlers.cluster
     import strom_operator.handlers.resources
-    import strom_operator.handlers.settings  # noqa: F401
+    import strom_operator.handlers.settings
 
     _declare(kmock)
     kubeconfig = tmp_path / "kubeconfig"
@@ -138,6 +138,10 @@ async def operator(kmock, tmp_path, monkeypatch):
     )
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("STROM_OPERATOR_METRICS_PORT", "0")
+    # No brokers behind the emulator: the Admin API fails fast (tests with brokers override it).
+    monkeypatch.setenv("STROM_OPERATOR_BOOTSTRAP_OVERRIDE", "127.0.0.1:1")
+    monkeypatch.setenv("STROM_OPERATOR_ADMIN_TIMEOUT_MS", "1000")
+    strom_operator.handlers.cluster.default_admin.cache_clear()
 
     stop, ready = threading.Event(), threading.Event()
 
@@ -280,3 +284,58 @@ async def test_bad_topic_gets_a_status_error(operator):
     await _until(lambda: ready() is not None, "the topic's Ready condition")
     assert ready()["reason"] == "InvalidSpec"
     assert "spec.partitions" in ready()["message"] and "retention.msec" in ready()["message"]
+
+
+async def test_topic_reaches_real_brokers_through_the_operator(operator, tmp_path, monkeypatch):
+    """kopf + handlers + AdminClusterAdmin + a real broker: a StromTopic becomes a topic, its
+    status says so, and deleting it (deletionPolicy Delete) deletes the topic."""
+    import strom_operator.handlers.cluster
+    from strom.testing import running_cluster
+
+    emulator = operator
+    with running_cluster(tmp_path / "brokers", brokers=1) as cluster, cluster.admin() as admin:
+        monkeypatch.setenv("STROM_OPERATOR_BOOTSTRAP_OVERRIDE", cluster.bootstrap)
+        strom_operator.handlers.cluster.default_admin.cache_clear()
+        async with emulator.post(
+            "/apis/strom.dev/v1alpha1/namespaces/kafka/stromclusters",
+            json=_cluster("live", {"storage": {"size": "1Gi"}, "brokers": {"replicas": 1}}),
+        ) as resp:
+            assert resp.status < 300
+        topic = {
+            "apiVersion": "strom.dev/v1alpha1",
+            "kind": "StromTopic",
+            "metadata": {"name": "payments", "namespace": "kafka", "uid": "uid-p", "generation": 1},
+            "spec": {
+                "clusterRef": {"name": "live"},
+                "partitions": 3,
+                "replicationFactor": 1,
+                "deletionPolicy": "Delete",
+                "config": {"retention.ms": 7200000},
+            },
+        }
+        async with emulator.post(
+            "/apis/strom.dev/v1alpha1/namespaces/kafka/stromtopics", json=topic
+        ) as resp:
+            assert resp.status < 300
+
+        def status():
+            return (_object(emulator, "stromtopics", "payments") or {}).get("status") or {}
+
+        await _until(lambda: status().get("partitions") == 3, "the topic's status", timeout=60)
+        (desc,) = await asyncio.to_thread(admin.describe_topics, ["payments"])
+        assert len(desc.partitions) == 3 and desc.configs.get("retention.ms") == "7200000"
+        ready = next(c for c in status()["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True" and ready["observedGeneration"] == 1
+
+        async with emulator.delete(
+            "/apis/strom.dev/v1alpha1/namespaces/kafka/stromtopics/payments"
+        ) as resp:
+            assert resp.status < 300
+
+        async def gone() -> bool:
+            return "payments" not in await asyncio.to_thread(admin.list_topics)
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not await gone():
+            await asyncio.sleep(0.5)
+        assert await gone(), "deletionPolicy Delete: the topic is deleted with the resource"

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from strom_spark.markers import DEFAULT_COMMIT_TOPIC, CommitMarker
+
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
@@ -65,8 +67,14 @@ def test_streaming_copy_topic_to_topic(spark: Any, broker: str, topic_name: str,
          .option("topic", dst).option("checkpointLocation", str(tmp_path / "cp"))
          .trigger(availableNow=True).start())
     q.awaitTermination(120)
+    assert q.exception() is None
     got = helpers.consume_all(broker, dst)
     assert sorted(r.value for r in got) == sorted(f"V{i}".encode() for i in range(500))
     # keys keep their partitioning: same key, same partition as the default partitioner
     assert {r.key: r.partition for r in got} == {
         r.key: r.partition for r in helpers.consume_all(broker, src)}
+    # the default marker topic (created on first use) holds this query's commit
+    markers = [CommitMarker.decode(r.key, r.value)
+               for r in helpers.consume_all(broker, DEFAULT_COMMIT_TOPIC)]
+    mine = [m for m in markers if m is not None and m.query == str(q.id)]
+    assert [m.records for m in mine] == [500]

@@ -163,4 +163,4 @@ def test_bootstrap_overrides():
     assert resolve_bootstrap(other, spec, mapping) == "x:1"
     assert parse_overrides("") == {}
     with pytest.raises(ValueError):
-        parse_overrides("{\"ns/c\": ")
+        parse_overrides('{"ns/c": ')

@@ -216,17 +216,24 @@ class AdminClusterAdmin:
 
     @contextlib.contextmanager
     def _session(self, ref: ClusterRef, spec: StromClusterSpec) -> Iterator[Any]:
+        """An Admin client for one reconcile step.  Every failure inside becomes
+        :class:`AdminError` naming the address: this is the boundary to the network, and a
+        reconcile must report a broken cluster, not crash on it."""
         address = self.bootstrap(ref, spec)
-        admin = self.factory(address, self.timeout_ms)
+        admin: Any = None
         try:
+            admin = self.factory(address, self.timeout_ms)
             yield admin
+        except AdminError:
+            raise
         except StromError as err:
             raise AdminError(f"Admin API at {address}: {err}") from err
-        except (OSError, TimeoutError, RuntimeError) as err:
+        except Exception as err:
             raise AdminError(f"Admin API at {address}: {err!r}") from err
         finally:
-            with contextlib.suppress(Exception):
-                admin.close()
+            if admin is not None:
+                with contextlib.suppress(Exception):
+                    admin.close()
 
     # -- ClusterAdmin ---------------------------------------------------------------------------
 

@@ -71,9 +71,12 @@ def test_scale_out_rebalances_onto_new_brokers_with_progress_then_done():
     )
     assert out.requeue
 
+    api.find("StatefulSet", "c-broker")["status"] = {"replicas": 5, "readyReplicas": 5}
     _run(api, fake, 5)
     reb = _cond(api, "Rebalancing")
     assert reb["reason"] == "Moving" and "40.0% done" in reb["message"]
+    ready = _cond(api, "Ready")
+    assert ready["reason"] == "InProgress" and "Rebalancing" in ready["message"]
     assert api.find("StromCluster", "c")["status"]["rebalance"]["partitionsMoving"] == len(targets)
     assert len([c for c in fake.calls if c[0] == "reassign"]) == 1, "no second plan while moving"
 
@@ -90,6 +93,7 @@ def test_scale_out_rebalances_onto_new_brokers_with_progress_then_done():
 
     _run(api, fake, 5)
     assert len([c for c in fake.calls if c[0] == "reassign"]) == 1, "balanced: nothing more"
+    assert _cond(api, "Ready")["status"] == "True"
 
 
 def test_scale_in_drains_before_shrinking():

@@ -449,8 +449,23 @@ class ClusterReconciler:
                 ctx.state.topics, self._managed_topics(ctx)
             )
         ctx.condition(conditions.RECONCILED, "True", "Applied", "all objects applied")
-        if ready >= want and replicas == want and not ctx.requeue:
+        brokers_ready = ready >= want and replicas == want
+        if brokers_ready and not ctx.requeue:
             ctx.condition(conditions.READY, "True", "Ready", f"{ready}/{want} brokers ready")
+        elif brokers_ready:
+            busy = [
+                c["type"]
+                for c in ctx.conditions
+                if c.get("status") == "True"
+                and c.get("type")
+                in (conditions.REBALANCING, conditions.ROLLING, conditions.SCALING)
+            ]
+            ctx.condition(
+                conditions.READY,
+                "False",
+                "InProgress",
+                f"{ready}/{want} brokers ready; in progress: {', '.join(busy) or 'reconcile'}",
+            )
         else:
             ctx.requeue = True
             ctx.condition(

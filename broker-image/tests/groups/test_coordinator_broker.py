@@ -137,6 +137,7 @@ async def test_find_coordinator_creates_the_compacted_offsets_topic(node: Node) 
     topic = node.core.metadata.topic(OFFSETS_TOPIC)
     assert topic is not None and topic.partitions == 3 and topic.replication_factor == 1
     assert topic.configs.get("cleanup.policy") == "compact"
+    assert topic.configs.get("segment.bytes") == str(100 * 1024 * 1024)
     again = await find(node, "g")
     assert again.offsets_partition == found.offsets_partition
     empty = await handlers.find_coordinator(node.groups, group_pb2.FindCoordinatorRequest())
@@ -312,3 +313,16 @@ async def test_lag_and_group_metrics(node: Node) -> None:
     assert 'strom_consumer_groups{state="Stable"} 1.0' in text
     assert 'strom_consumer_group_rebalances_total{group="g"} 1.0' in text
     assert 'strom_consumer_group_rebalance_duration_seconds_count{group="g"} 1.0' in text
+
+
+async def test_offsets_of_a_deleted_topic_are_deleted(node: Node) -> None:
+    await node.core.topics.create_topic("t", 1)
+    await node.core.topics.create_topic("u", 2)
+    await find(node, "g")
+    assert all(p.error_code == 0 for p in
+               (await commit(node, "g", {("t", 0): 1, ("u", 0): 2, ("u", 1): 3})).partitions)
+    await node.core.topics.delete("u")
+    end = time.monotonic() + 5
+    while await fetch(node, "g") != {("t", 0): 1} and time.monotonic() < end:
+        await asyncio.sleep(0.05)
+    assert await fetch(node, "g") == {("t", 0): 1}

@@ -313,3 +313,15 @@ async def test_a_static_member_replaced_without_rebalance_is_stored() -> None:
     stored = part.store.groups["g"]
     assert [m.member_id for m in stored.members] == [again.member_id]
     assert stored.members[0].assignment == (("t", 0),)
+
+
+async def test_forget_topics_tombstones_every_groups_offsets_of_those_topics() -> None:
+    log, clock = FakeLog(), Clock()
+    part = make(log, clock)
+    await part.commit("a", "", -1, None, {("t", 0): OffsetAndMetadata(1, 0),
+                                          ("gone", 0): OffsetAndMetadata(2, 0)})
+    await part.commit("b", "", -1, None, {("gone", 3): OffsetAndMetadata(3, 0)})
+    assert await part.forget_topics({"gone"}) == 2
+    assert part.fetch("a", None) == {("t", 0): OffsetAndMetadata(1, 0)}
+    assert part.fetch("b", None) == {}
+    assert await part.forget_topics({"gone"}) == 0

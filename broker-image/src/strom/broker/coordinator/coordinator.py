@@ -13,7 +13,8 @@ partition leadership and committed offsets are replicated like any record. This 
   callback triggers this at once; a housekeeping loop reconciles every second as well, so a
   missed callback only delays it;
 - feeds partition-count changes of topics to the groups (they rebalance when a subscribed topic
-  grows) and expires offsets every ``offsets.retention.check.interval.ms``;
+  grows), deletes the committed offsets of deleted topics (as Kafka does) and expires offsets
+  every ``offsets.retention.check.interval.ms``;
 - answers the metrics collector (groups per state, committed offsets and lag).
 """
 
@@ -40,7 +41,9 @@ from strom.replication.manager import ReplicaManager
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
+# Kafka's: compacted, and 100 MiB segments (offsets.topic.segment.bytes) so that compaction, which
+# never touches the active segment, keeps the replay on failover short.
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 
 
 def _wall_ms() -> int:
@@ -148,6 +151,7 @@ class GroupCoordinator:
             if part.state is not LoadState.LOADING:
                 return
             part.finish_load()
+            self._forget_deleted_topics(part)
         except Exception:
             log.exception("%s-%d: loading groups failed; the partition is not served here",
                           OFFSETS_TOPIC, part.partition)
@@ -182,6 +186,7 @@ class GroupCoordinator:
                 if self._refresh_counts():
                     for part in list(self.partitions.values()):
                         part.metadata_changed(self._counts)
+                        self._forget_deleted_topics(part)
                 now = self._clock()
                 if now >= self._next_expiry_ms:
                     self._next_expiry_ms = now + self.settings.retention_check_interval_ms
@@ -189,6 +194,15 @@ class GroupCoordinator:
                         self._spawn(part.expire(now))
             except Exception:
                 log.exception("group coordinator housekeeping failed")
+
+    def _forget_deleted_topics(self, part: CoordinatorPartition) -> None:
+        existing = self._metadata.image.topics
+        gone = {topic for offsets in part.store.offsets.values() for topic, _ in offsets
+                if topic not in existing}
+        if gone:
+            log.info("%s-%d: deleting committed offsets of deleted topics %s", OFFSETS_TOPIC,
+                     part.partition, sorted(gone))
+            self._spawn(part.forget_topics(gone))
 
     def _refresh_counts(self) -> bool:
         """Reread partition counts when the image moved; True when one changed."""

@@ -60,6 +60,7 @@ from strom.groups.offsets import (
     decode_key,
     group_metadata_from_snapshot,
     group_record,
+    offset_record,
     snapshot_from_group_metadata,
 )
 from strom.protocol.errors import ErrorCode, StromError
@@ -414,6 +415,25 @@ class CoordinatorPartition:
                 del self.groups[group_id]
             self._observer.group_removed(group_id)
         log.info("partition %d: expired %d offsets/groups", self.partition, len(records))
+        return len(records)
+
+    async def forget_topics(self, topics: Iterable[str]) -> int:
+        """Tombstone every group's offsets of deleted topics (Kafka's onPartitionsDeleted), so
+        a topic created again under the name does not start from stale positions."""
+        if self.state is not LoadState.ACTIVE:
+            return 0
+        gone = set(topics)
+        records = [offset_record(group_id, tp, None)
+                   for group_id, offsets in sorted(self.store.offsets.items())
+                   for tp in sorted(offsets) if tp[0] in gone]
+        if not records:
+            return 0
+        try:
+            await self.write(records)
+        except StromError as err:
+            log.warning("partition %d: deleting offsets of deleted topics failed: %s",
+                        self.partition, err)
+            return 0
         return len(records)
 
     def _expirable(self, group_id: str) -> bool:

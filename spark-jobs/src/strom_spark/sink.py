@@ -19,7 +19,7 @@ Delivery guarantees, precisely:
 * **Batch writes (``df.write``): at least once.** A task that fails after some of its records were
   acknowledged and is retried by Spark writes those records again; a failed job leaves the
   records of its successful tasks in the topics. No duplicates come from network retries.
-* **Streaming (``df.writeStream``): each micro-batch is committed at most once, keyed on the
+* **Streaming (``df.writeStream``): a committed micro-batch is never written again, keyed on the
   batch id.** Spark re-runs the last micro-batch after a restart when its entry in the
   checkpoint's ``commits/`` log is missing, including when the driver stopped *after* the sink's
   ``commit(batchId)`` — a naive sink writes that batch twice. Here ``commit(messages, batchId)``
@@ -35,10 +35,11 @@ Delivery guarantees, precisely:
   these needs broker transactions (records invisible until the batch commits), which Strom does
   not have. Until then every streamed record carries the headers ``strom.spark.query``,
   ``strom.spark.batch`` and ``strom.spark.writer`` (one id per task attempt), and the batch's
-  marker lists the writers of its committed output: a consumer that keeps only records whose
-  writer is in their batch's marker reads each micro-batch exactly once (markers of older
-  batches are eventually compacted away, so such a consumer must follow the marker topic as it
-  goes). Simpler alternative: key the output and deduplicate downstream.
+  marker lists the writers of its committed output: a consumer that holds back a batch's records
+  until its marker arrives and keeps only those whose writer the marker lists reads each
+  micro-batch exactly once (markers of older batches are eventually compacted away, so such a
+  consumer must follow the marker topic as it goes). Simpler alternative: key the output and
+  deduplicate downstream.
 * With ``commitMarkers=false``, or where Spark gives the task no query id (it always does for
   micro-batch queries), nothing is recorded or checked and a replayed batch is written again.
 """

@@ -326,3 +326,38 @@ async def test_offsets_of_a_deleted_topic_are_deleted(node: Node) -> None:
     while await fetch(node, "g") != {("t", 0): 1} and time.monotonic() < end:
         await asyncio.sleep(0.05)
     assert await fetch(node, "g") == {("t", 0): 1}
+
+
+async def test_request_errors_are_answered_in_the_response(node: Node) -> None:
+    no_topic_yet = await handlers.offset_fetch(node.groups,
+                                               group_pb2.OffsetFetchRequest(group_id="g"))
+    assert no_topic_yet.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    await find(node, "g")
+    empty_id = await handlers.join_group(node.groups, group_pb2.JoinGroupRequest(
+        group_id="", session_timeout_ms=6000, protocol_type="consumer", protocols=["range"]))
+    assert empty_id.error_code == ErrorCode.INVALID_GROUP_ID and empty_id.error_message
+    no_protocol = await handlers.join_group(node.groups, group_pb2.JoinGroupRequest(
+        group_id="g", session_timeout_ms=6000, protocol_type="consumer"))
+    assert no_protocol.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    too_short = group_pb2.JoinGroupRequest(group_id="g", session_timeout_ms=10,
+                                           protocol_type="consumer", protocols=["range"])
+    bad_session = await retrying(lambda: handlers.join_group(node.groups, too_short))
+    assert bad_session.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+    unknown = await handlers.sync_group(node.groups, group_pb2.SyncGroupRequest(
+        group_id="g2", member_id="m", generation=1))
+    assert unknown.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+    node.groups.partitions.pop(partition_for_group("g", 3)).unload()
+    described = await handlers.describe_groups(node.groups,
+                                               group_pb2.DescribeGroupsRequest(group_ids=["g"]))
+    assert described.groups[0].error_code == ErrorCode.NOT_COORDINATOR
+    deleted = await handlers.delete_groups(node.groups,
+                                           group_pb2.DeleteGroupsRequest(group_ids=["g"]))
+    assert deleted.results[0].error_code == ErrorCode.NOT_COORDINATOR
+    beat = await handlers.heartbeat(node.groups, group_pb2.HeartbeatRequest(
+        group_id="g", member_id="m", generation=1))
+    assert beat.error_code == ErrorCode.NOT_COORDINATOR
+    committed = await handlers.offset_commit(node.groups, group_pb2.OffsetCommitRequest(
+        group_id="g", generation=-1,
+        partitions=[group_pb2.OffsetCommitPartition(topic="t", partition=0, offset=1)]))
+    assert committed.error_code == ErrorCode.NOT_COORDINATOR

@@ -107,7 +107,8 @@ def test_progress_and_throttle_arg():
         "partitionsMoving": 2,
         "percent": 12.5,
     }
-    assert scaling.progress(7, 0, None)["state"] == "Done"
+    done = scaling.progress(7, 0, None)
+    assert done["state"] == "Done" and done["movesDone"] == 7
     assert scaling.throttle_arg(1000) == 1000 and scaling.throttle_arg(0) == -1
 
 

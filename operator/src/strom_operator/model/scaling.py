@@ -123,6 +123,8 @@ def progress(
     }
     if percent is not None:
         out["percent"] = percent
+    if not moving_partitions:
+        out["movesDone"] = moves_total
     return out
 
 

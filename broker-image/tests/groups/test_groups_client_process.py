@@ -1,0 +1,62 @@
+"""The Strom client's consumer groups and group admin against a real broker process.
+
+Two consumers share a topic through the broker's coordinator (join, leader assignment, sync),
+commit, and the admin API sees the group, its offsets and lag; after both close the group is
+Empty and may be deleted. Needs the Group service in the broker's gRPC server.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from strom.client import Admin, Consumer, Producer
+from strom.client.models import TopicPartition
+from strom.protocol.records import Record
+from strom.testing import running_broker
+
+
+def test_two_consumers_share_a_topic_commit_and_the_group_is_deleted(tmp_path: Path) -> None:
+    with running_broker(tmp_path, config={"group.initial.rebalance.delay.ms": 200}) as broker:
+        boot = broker.bootstrap
+        with Admin(boot) as admin:
+            admin.create_topic("t", partitions=4)
+        producer = Producer(boot)
+        for i in range(40):
+            producer.send("t", value=f"v{i}".encode(), partition=i % 4)
+        producer.flush()
+        producer.close()
+        a = Consumer(boot, group_id="g", auto_offset_reset="earliest")
+        b = Consumer(boot, group_id="g", auto_offset_reset="earliest")
+        try:
+            a.subscribe(["t"])
+            b.subscribe(["t"])
+            got: list[Record] = []
+            end = time.monotonic() + 30
+            while len(got) < 40 and time.monotonic() < end:
+                got += a.poll(200)
+                got += b.poll(200)
+            assert sorted(r.value or b"" for r in got) == sorted(f"v{i}".encode()
+                                                                 for i in range(40))
+            assert a.assignment() | b.assignment() == {TopicPartition("t", p) for p in range(4)}
+            assert not a.assignment() & b.assignment()
+            a.commit()
+            b.commit()
+            with Admin(boot) as admin:
+                described = admin.describe_group("g")
+                assert described.state == "Stable" and len(described.members) == 2
+                assert admin.list_group_offsets("g") == {
+                    TopicPartition("t", p): 10 for p in range(4)}
+                assert all(lag.committed == lag.log_end_offset == 10
+                           for lag in admin.group_lag("g"))
+                assert [g.group_id for g in admin.list_groups()] == ["g"]
+        finally:
+            a.close()
+            b.close()
+        with Admin(boot) as admin:
+            end = time.monotonic() + 10
+            while admin.describe_group("g").state != "Empty" and time.monotonic() < end:
+                time.sleep(0.1)
+            assert admin.describe_group("g").state == "Empty"
+            assert admin.delete_groups(["g"]) == {"g": None}
+            assert admin.list_group_offsets("g") == {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from strom.broker.cluster import ClusterLink
 from strom.broker.config import BrokerConfig
+from strom.broker.coordinator import GroupCoordinator, GroupSettings
 from strom.broker.metadata import ClusterMetadata
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.producer_ids import ProducerIdManager
@@ -42,6 +43,7 @@ class BrokerCore:
     topics: TopicManager
     producer_ids: ProducerIdManager
     metrics: BrokerMetrics
+    groups: GroupCoordinator
     _stopped: bool = False
 
     @classmethod
@@ -73,8 +75,11 @@ class BrokerCore:
             config.broker_id, link.propose,
             lambda: link.image.producer_id_blocks.get(config.broker_id))
         metrics.watch_logs(replicas.logs)
+        groups = GroupCoordinator(GroupSettings.from_config(config), config.broker_id, metadata,
+                                  replicas, topics, metrics)
+        publisher.on_leadership = groups.on_leadership
         core = cls(config, link, metadata, logs, replicas, publisher, topics, producer_ids,
-                   metrics)
+                   metrics, groups)
         holder.append(core)
         return core
 
@@ -92,6 +97,7 @@ class BrokerCore:
         if self.link.fresh and self.link.solo:
             await self._adopt_orphans()
         self.publisher.ready(self.link.image)
+        await self.groups.start()
         if not await self.link.wait_unfenced(UNFENCE_TIMEOUT_S):
             log.warning("broker %d is still fenced after %.0fs; is the active controller "
                         "reachable?", self.config.broker_id, UNFENCE_TIMEOUT_S)
@@ -128,6 +134,7 @@ class BrokerCore:
         if self._stopped:
             return
         self._stopped = True
+        await self.groups.stop()
         self.replicas.waiters.close()
         await self.replicas.stop()
         await self.link.stop()

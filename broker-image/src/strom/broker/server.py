@@ -33,9 +33,15 @@ import grpc
 from strom.broker.config import BrokerConfig, ConfigError
 from strom.broker.core import BrokerCore
 from strom.broker.health import HealthServer
-from strom.broker.service import AdminService, BrokerService, ReplicaService
+from strom.broker.service import AdminService, BrokerService, GroupService, ReplicaService
 from strom.protocol.errors import StromError
-from strom.protocol.v1 import admin_pb2_grpc, broker_pb2_grpc, quorum_pb2_grpc, replica_pb2_grpc
+from strom.protocol.v1 import (
+    admin_pb2_grpc,
+    broker_pb2_grpc,
+    group_pb2_grpc,
+    quorum_pb2_grpc,
+    replica_pb2_grpc,
+)
 from strom.shutdown import stop_on_signals
 
 log = logging.getLogger("strom.broker")
@@ -94,6 +100,8 @@ class BrokerServer:
             AdminService(core), self._grpc)
         replica_pb2_grpc.add_ReplicaServicer_to_server(  # type: ignore[no-untyped-call]
             ReplicaService(core), self._grpc)
+        group_pb2_grpc.add_GroupServicer_to_server(  # type: ignore[no-untyped-call]
+            GroupService(core, core.groups), self._grpc)
         quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]
             core.link.service, self._grpc)
         await self._grpc.start()

@@ -221,6 +221,36 @@ class ClusterLink:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), left)
 
+    async def sync(self, timeout_s: float = 5.0) -> None:
+        """Catch up with everything the quorum has committed (a read barrier).
+
+        Admin requests are validated against this broker's image; without the barrier a topic
+        created through another broker a moment ago could look unknown here. The leader's commit
+        index is asked for (locally when this broker leads) and awaited. Best effort: if no leader
+        answers in time, the request proceeds on the local image (the metadata log still
+        arbitrates the change itself)."""
+        deadline = time.monotonic() + timeout_s
+        target = -1
+        if self.driver.node.is_leader:
+            target = self.driver.node.commit_index
+        else:
+            candidates = [n for n in (self.driver.leader_id,) if n in self.voters]
+            candidates += [n for n in sorted(self.voters) if n not in candidates]
+            for node in candidates:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    answer = await self.client.describe_quorum(node, timeout_s=min(left, 1.0))
+                except Exception:  # unreachable voter: try the next one
+                    continue
+                if answer.leader_id == answer.node_id:
+                    target = int(answer.commit_index)
+                    break
+        if target > self.image.offset:
+            with contextlib.suppress(StromError):
+                await self.wait_applied(target, max(0.01, deadline - time.monotonic()))
+
     def _applied_image(self, image: MetadataImage) -> None:
         me = image.brokers.get(self.broker_id)
         if me is not None and me.incarnation_id == self.incarnation_id:

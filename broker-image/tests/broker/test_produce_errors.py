@@ -136,3 +136,14 @@ async def test_metrics_count_bytes_and_messages(core: BrokerCore) -> None:
     registry = core.metrics.registry
     assert registry.get_sample_value("strom_broker_bytes_in_total", {"topic": "t"}) == len(batch)
     assert registry.get_sample_value("strom_broker_messages_in_total", {"topic": "t"}) == 2
+
+
+async def test_the_offsets_topic_refuses_producers(core: BrokerCore) -> None:
+    for name in ("__consumer_offsets", "__other"):
+        await core.topics.create_topic(name)
+    refused = await produce.handle(core, _request(encode_batch([(None, b"v")]),
+                                                  topic="__consumer_offsets"))
+    out = refused.partitions[0]
+    assert out.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION and "internal" in out.error_message
+    allowed = await produce.handle(core, _request(encode_batch([(None, b"v")]), topic="__other"))
+    assert allowed.partitions[0].error_code == 0

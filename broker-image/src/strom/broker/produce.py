@@ -29,6 +29,8 @@ from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2
 
 VALID_ACKS = (-1, 0, 1)
+PRODUCE_FORBIDDEN = frozenset({"__consumer_offsets"})
+"""Kafka's internal topics that only the broker writes (other ``__`` topics are ordinary)."""
 DEFAULT_TIMEOUT_MS = 30_000
 
 
@@ -60,6 +62,10 @@ async def _produce_one(core: BrokerCore, data: broker_pb2.PartitionProduceData, 
     metrics = core.metrics
     try:
         record = core.metadata.topic(data.topic)
+        if data.topic in PRODUCE_FORBIDDEN:
+            raise StromError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                             f"topic {data.topic!r} is internal (it holds the cluster's own "
+                             f"state); producers cannot write to it")
         if record is None:
             record = await core.topics.auto_create(data.topic)
         if record is None:

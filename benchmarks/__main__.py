@@ -167,6 +167,13 @@ def run_strom_replicated(params: dict[str, int | float], results: list[Result]) 
                                   extra={"samples_ms": times}))
 
 
+def run_groups(params: dict[str, int | float], results: list[Result]) -> None:
+    """Consumer groups: rebalance time by group size, group vs single-consumer throughput."""
+    from benchmarks import groups
+
+    groups.run_groups(params, results, _progress)
+
+
 def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
     """Run the same workloads on each installed peer; every Strom row then gets its ratios."""
     from benchmarks.peers import nats_jetstream, redis_streams
@@ -207,10 +214,13 @@ PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
               "latency_seconds": 2, "big_log_bytes": 20_000_000,
               "partition_counts": (1, 100, 1000), "records_partitions": 5_000,
-              "records_replicated": 5_000, "failovers": 1},
+              "records_replicated": 5_000, "failovers": 1,
+              "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2},
     "full": {"records_100b": 1_000_000, "records_1k": 300_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
-             "partition_counts": (1, 100, 1000), "records_partitions": 500_000},
+             "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
+             "group_sizes": (1, 10, 50), "group_rebalance_repeats": 3,
+             "group_records": 500_000, "group_members": 4},
 }
 
 
@@ -227,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     run_strom(params, results)
     run_strom_partitions(params, results)
     run_strom_replicated(params, results)
+    run_groups(params, results)
     if not args.no_peers:
         run_peers(params, results)
     attach_ratios(results)

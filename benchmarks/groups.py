@@ -2,10 +2,10 @@
 
 Rebalance time: N members subscribe to one topic; the clock starts when the last member has
 subscribed and stops when every member holds a stable assignment (the coordinator says Stable with
-N members, and the members' assignments cover every partition exactly once). Members live in one
-process (AsyncConsumers on one loop when the asyncio consumer has groups, else sync Consumers on
-threads) so 50 of them stay cheap; the broker's ``group.initial.rebalance.delay.ms`` is 0 here,
-so the figure is the protocol's cost, not Kafka's deliberate 3 s wait for more members.
+N members, and the members' assignments cover every partition exactly once). Members are
+AsyncConsumers on one loop in this process, so 50 of them stay cheap. The broker's
+``group.initial.rebalance.delay.ms`` is 0 here, so the figure is the protocol's cost, not
+Kafka's deliberate 3 s wait for more members to arrive.
 
 Throughput: the same records read by N group members (one process each, as groups are deployed)
 and by a single manually assigned consumer; ratio = group / single. On a 2-core machine the group
@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import multiprocessing as mp
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -92,55 +91,9 @@ async def _async_rebalance(bootstrap: str, topic: str, group: str, members: int,
         admin.close()
 
 
-def _threaded_rebalance(bootstrap: str, topic: str, group: str, members: int,
-                        partitions: int, timeout_s: float) -> float:
-    from strom.client import Admin, Consumer
-
-    consumers = [Consumer(bootstrap, group_id=group, client_id=f"bench-{i}",
-                          enable_auto_commit=False, auto_offset_reset="earliest",
-                          session_timeout_ms=10_000, heartbeat_interval_ms=1000)
-                 for i in range(members)]
-    stop = threading.Event()
-    views: list[set[Any]] = [set() for _ in consumers]
-
-    def run(i: int, c: Any) -> None:
-        while not stop.is_set():
-            c.poll(timeout_ms=50)
-            views[i] = c.assignment()
-
-    admin = Admin(bootstrap)
-    threads = [threading.Thread(target=run, args=(i, c), daemon=True)
-               for i, c in enumerate(consumers)]
-    try:
-        for c in consumers:
-            c.subscribe([topic])
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        deadline = start + timeout_s
-        while True:
-            if _stable(admin, group, members, partitions, list(views)):
-                return time.perf_counter() - start
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"{members} members not stable within {timeout_s} s")
-            time.sleep(0.01)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(10)
-        for c in consumers:
-            c.close()
-        admin.close()
-
-
 def rebalance_seconds(bootstrap: str, topic: str, group: str, members: int, partitions: int,
                       timeout_s: float = 120.0) -> float:
-    from strom.client import AsyncConsumer
-
-    if hasattr(AsyncConsumer, "subscribe"):
-        return asyncio.run(_async_rebalance(bootstrap, topic, group, members, partitions,
-                                            timeout_s))
-    return _threaded_rebalance(bootstrap, topic, group, members, partitions, timeout_s)
+    return asyncio.run(_async_rebalance(bootstrap, topic, group, members, partitions, timeout_s))
 
 
 # --- throughput ----------------------------------------------------------------------------------

@@ -215,6 +215,8 @@ class RecordAccumulator:
         with self.lock:
             out = [b for dq in self.batches.values() for b in dq]
             self.batches.clear()
+            for b in out:
+                b.full = True  # no send() may append to a batch that is being failed
         return out
 
     def has_queued(self) -> bool:

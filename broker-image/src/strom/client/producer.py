@@ -30,6 +30,9 @@ from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import Header
 
 _EMPTY: tuple[Header, ...] = ()
+_NO_HEADERS: list[Header] = []  # shared: the codec only reads it
+_time_ns = time.time_ns
+_new = object.__new__
 
 
 class Producer:
@@ -45,6 +48,11 @@ class Producer:
         self._core = ProducerCore(self._settings)
         self._thread = LoopThread("strom-producer")
         self._max_block_s = self._settings.max_block_ms / 1000.0
+        # what send()'s fast path reads, bound once
+        self._max_record_size = self._core.max_record_size
+        self._lock = self._core.acc.lock
+        self._sticky_open = self._core.sticky_open
+        self._metadata = self._core.metadata
         self._closed = False
 
         async def _start() -> None:
@@ -70,14 +78,42 @@ class Producer:
         """
         if self._closed:
             raise StromError(ErrorCode.NETWORK_EXCEPTION, "send() after close()")
-        core = self._core
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        ts = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         ks = 0 if key is None else len(key)
         vs = 0 if value is None else len(value)
-        if ks + vs > core.max_record_size:
-            core.check_size(ks, vs)
-        hdrs = _EMPTY if headers is None else headers
-        lock = core.acc.lock
+        if ks + vs > self._max_record_size:
+            self._core.check_size(ks, vs)
+        if key is None and partition is None and headers is None:
+            # Fast path (profiled: routing, the lock's context manager, the wrapper calls and
+            # Future.__init__ were most of send()): append straight to the batch this topic's
+            # null-key records stick to while it is open — the batch routing would pick.
+            hot = self._sticky_open.get(topic)
+            if hot is not None and hot[1] == self._metadata.version:
+                batch = hot[0]
+                lock = self._lock
+                lock.acquire()
+                try:
+                    if not batch.full:
+                        index = batch.builder.try_append(None, value, ts, _NO_HEADERS)
+                        if index >= 0:
+                            if on_delivery is not None:
+                                batch.add_callback(index, ts, ks, vs, on_delivery)
+                            future = _new(RecordFuture)  # skips Future.__init__ (see the class)
+                            future._meta = (batch, index, ts, ks, vs)
+                            return future
+                        batch.full = True  # routing below moves on to a new sticky partition
+                finally:
+                    lock.release()
+        return self._send_routed(topic, value, key, partition, ts, ks, vs,
+                                 _EMPTY if headers is None else headers, on_delivery)
+
+    def _send_routed(self, topic: str, value: bytes | None, key: bytes | None,
+                     partition: int | None, ts: int, ks: int, vs: int,
+                     hdrs: Sequence[Header], on_delivery: DeliveryCallback | None
+                     ) -> RecordFuture:
+        """``send`` through the partitioner, waiting for metadata or buffer memory if needed."""
+        core = self._core
+        lock = self._lock
         reserved = False
         while True:
             try:

@@ -160,6 +160,10 @@ class ProducerCore:
         self.max_record_size = settings.max_request_size - 61 - RECORD_OVERHEAD
         self._routes: dict[str, list[TopicPartition]] = {}
         self._routes_version = -1
+        #: topic -> (the batch its null-key records stick to, metadata version when chosen);
+        #: lets ``Producer.send`` append there without routing while that batch stays open.
+        #: Written under ``acc.lock`` by ``append_locked``; read by ``send`` before locking.
+        self.sticky_open: dict[str, tuple[ProducerBatch, int]] = {}
         self.in_flight: dict[int, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Event | None = None
@@ -216,10 +220,14 @@ class ProducerCore:
                       ) -> tuple[ProducerBatch, int, bool, bool]:
         """Append under ``acc.lock``: (batch, index, wake the sender?, reservation used?)."""
         acc = self.acc
+        hdrs = headers if type(headers) is list else list(headers)
         batch = acc.open_batch(tp)
         if batch is not None:
-            if batch.builder.append(key, value, ts, headers):
-                return batch, len(batch.builder) - 1, False, False
+            index = batch.builder.try_append(key, value, ts, hdrs)
+            if index >= 0:
+                if sticky:
+                    self.sticky_open[tp.topic] = (batch, self._routes_version)
+                return batch, index, False, False
             batch.full = True
         tps = self._routes.get(tp.topic)
         if sticky and n > 1 and tps is not None and len(tps) == n:
@@ -227,13 +235,17 @@ class ProducerCore:
             tp = tps[self.partitioner.on_new_batch(tp.topic, n, tp.partition)]
             batch = acc.open_batch(tp)
             if batch is not None:
-                if batch.builder.append(key, value, ts, headers):
-                    return batch, len(batch.builder) - 1, True, False
+                index = batch.builder.try_append(key, value, ts, hdrs)
+                if index >= 0:
+                    self.sticky_open[tp.topic] = (batch, self._routes_version)
+                    return batch, index, True, False
                 batch.full = True
         if not reserved and not acc.try_reserve(self.settings.batch_size):
             raise BufferFull
         batch = acc.new_batch(tp, now_ms(), self.settings.batch_size)
-        batch.builder.append(key, value, ts, headers)
+        batch.builder.try_append(key, value, ts, hdrs)
+        if sticky:
+            self.sticky_open[tp.topic] = (batch, self._routes_version)
         return batch, 0, True, True
 
     def check_size(self, key_size: int, value_size: int) -> None:
@@ -423,6 +435,9 @@ class ProducerCore:
             self._bump_needed = True
         batch.complete(base_offset, log_append_time, error)
         self.acc.finished(batch)
+        hot = self.sticky_open.get(batch.tp.topic)
+        if hot is not None and hot[0] is batch:  # do not keep a finished batch's bytes alive
+            self.sticky_open.pop(batch.tp.topic, None)
         if self._completed is not None:
             self._completed.set()
         if self._flush_waiters:

@@ -109,13 +109,24 @@ class BatchBuilder:
         timestamp_ms: int | None = None,
         headers: Sequence[Header] = (),
     ) -> bool:
-        meta = self._builder.append(
-            self._count, timestamp=timestamp_ms, key=key, value=value, headers=list(headers)
-        )
-        if meta is None:
+        # positional: the compiled codec parses keyword arguments measurably slower
+        if self._builder.append(self._count, timestamp_ms, key, value, list(headers)) is None:
             return False
         self._count += 1
         return True
+
+    def try_append(self, key: bytes | None, value: bytes | None, timestamp_ms: int | None,
+                   headers: list[Header]) -> int:
+        """``append`` for the producer's per-record path: the record's index, or -1 when full.
+
+        ``headers`` must already be a list (the codec's type; it only reads it), which saves the
+        copy ``append`` makes, and the index saves the caller a ``len()``.
+        """
+        count = self._count
+        if self._builder.append(count, timestamp_ms, key, value, headers) is None:
+            return -1
+        self._count = count + 1
+        return count
 
     def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         self._builder.set_producer_state(producer_id, producer_epoch, base_sequence)

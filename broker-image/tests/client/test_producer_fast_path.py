@@ -1,0 +1,107 @@
+"""Producer.send's fast path (null key, no partition, no headers) routes exactly as the
+partitioner would: same sticky partitions, same batches, same indexes, and it steps aside when
+the metadata changes. Offline: metadata is injected, the bootstrap port has no listener."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from strom.client import Producer
+from strom.client.models import RecordMetadata
+from strom.client.partitioner import DefaultPartitioner
+from strom.client.producer_batch import RecordFuture
+from strom.protocol.v1 import broker_pb2, common_pb2
+
+
+def _metadata(partitions: int) -> broker_pb2.MetadataResponse:
+    return broker_pb2.MetadataResponse(
+        cluster_id="test", controller_id=1,
+        brokers=[common_pb2.BrokerEndpoint(broker_id=1, host="127.0.0.1", port=1)],
+        topics=[broker_pb2.TopicMetadata(name="t", partitions=[
+            broker_pb2.PartitionMetadata(partition=i, leader=1) for i in range(partitions)])])
+
+
+@pytest.fixture
+def producer() -> Iterator[Producer]:
+    p = Producer("127.0.0.1:1", acks=1, linger_ms=60_000, batch_size=1024,
+                 buffer_memory=1 << 30, retry_backoff_ms=60_000, retry_backoff_max_ms=60_000)
+    p._core.metadata.update(_metadata(6), time.monotonic() * 1000)
+    p._core.partitioner = DefaultPartitioner(random.Random(7))
+    try:
+        yield p
+    finally:
+        p.close(timeout=0)
+
+
+def _where(f: RecordFuture) -> tuple[int, int, int]:
+    """(id of the batch, partition, index in the batch) a record was appended at."""
+    batch, index = f._meta[0], f._meta[1]
+    return id(batch), batch.tp.partition, index
+
+
+def test_fast_path_matches_routed_path(producer: Producer) -> None:
+    other = Producer("127.0.0.1:1", acks=1, linger_ms=60_000, batch_size=1024,
+                     buffer_memory=1 << 30, retry_backoff_ms=60_000, retry_backoff_max_ms=60_000)
+    try:
+        other._core.metadata.update(_metadata(6), time.monotonic() * 1000)
+        other._core.partitioner = DefaultPartitioner(random.Random(7))
+        value = b"v" * 100
+        fast = [producer.send("t", value) for _ in range(200)]
+        routed = [other.send("t", value, headers=[]) for _ in range(200)]  # never the fast path
+    finally:
+        other.close(timeout=0)
+    fast_where = [_where(f) for f in fast]
+    routed_where = [_where(f) for f in routed]
+    assert [w[1:] for w in fast_where] == [w[1:] for w in routed_where]
+    # batches fill in order and the sticky partition moves on with each new batch (KIP-480)
+    partitions = [p for _, p, i in fast_where if i == 0]
+    assert len(partitions) > 10
+    assert all(a != b for a, b in itertools.pairwise(partitions))
+    previous: tuple[int, int, int] | None = None
+    for w in fast_where:
+        if previous is not None and w[0] == previous[0]:
+            assert w[2] == previous[2] + 1
+        else:
+            assert w[2] == 0
+        previous = w
+
+
+def test_fast_path_futures_and_callbacks(producer: Producer) -> None:
+    seen: list[int] = []
+
+    def on_delivery(md: RecordMetadata | None, err: BaseException | None) -> None:
+        seen.append(md.offset if md is not None else -2)
+
+    futures = [producer.send("t", b"x%d" % i, on_delivery=on_delivery) for i in range(3)]
+    batch = futures[0]._meta[0]
+    assert all(f._meta[0] is batch for f in futures)
+    assert not futures[2].done()
+    batch.complete(base_offset=100)
+    assert [f.result(timeout=1).offset for f in futures] == [100, 101, 102]
+    assert futures[1].result().serialized_value_size == 2
+    assert seen == [100, 101, 102]
+
+
+def test_metadata_change_goes_back_through_routing(producer: Producer) -> None:
+    core = producer._core
+    first = producer.send("t", b"a")
+    sticky = first._meta[0].tp.partition
+    core.metadata.update(_metadata(max(1, sticky)), time.monotonic() * 1000)  # sticky one gone
+    after = producer.send("t", b"b")
+    assert after._meta[0].tp.partition < max(1, sticky)
+    assert core.sticky_open["t"][1] == core.metadata.version
+
+
+def test_full_or_failed_batch_is_never_appended_to(producer: Producer) -> None:
+    first = producer.send("t", b"a")
+    batch = first._meta[0]
+    with producer._core.acc.lock:
+        batch.full = True  # as drain/expire/abort leave it
+    second = producer.send("t", b"b")
+    assert second._meta[0] is not batch
+    assert len(batch.builder) == 1

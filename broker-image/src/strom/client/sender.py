@@ -41,6 +41,7 @@ from strom.client.connections import Connections, MetadataRefresher, now_ms, rpc
 from strom.client.metadata import ClusterMetadata
 from strom.client.models import TopicPartition
 from strom.client.partitioner import DefaultPartitioner
+from strom.client.produce_request import encode_produce_request
 from strom.client.producer_batch import ProducerBatch
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
 from strom.protocol.records import Compression, Header, restamp_producer_state
@@ -52,6 +53,8 @@ log = logging.getLogger("strom.client.producer")
 RECORD_OVERHEAD = 24
 _SEQUENCE_MODULUS = 1 << 31  # sequences wrap from 2**31 - 1 to 0, as in Kafka
 #: The broker refused the batch without writing it: a new epoch and a resend fix it.
+_PRODUCE_METHOD = "/strom.v1.Broker/Produce"  # as in broker_pb2_grpc.BrokerStub
+_ProduceCall = grpc.aio.UnaryUnaryMultiCallable[bytes, broker_pb2.ProduceResponse]
 _RESTAMP_ERRORS = frozenset({ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_EPOCH})
 
 
@@ -165,6 +168,7 @@ class ProducerCore:
         #: Written under ``acc.lock`` by ``append_locked``; read by ``send`` before locking.
         self.sticky_open: dict[str, tuple[ProducerBatch, int]] = {}
         self.in_flight: dict[int, int] = {}
+        self._produce_calls: dict[str, tuple[grpc.aio.Channel, _ProduceCall]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Event | None = None
         self._completed: asyncio.Event | None = None
@@ -365,18 +369,17 @@ class ProducerCore:
 
     async def _send(self, node: int, batches: list[ProducerBatch]) -> None:
         s = self.settings
-        request = broker_pb2.ProduceRequest(
-            acks=s.acks, timeout_ms=s.request_timeout_ms,
-            partitions=[broker_pb2.PartitionProduceData(
-                topic=b.tp.topic, partition=b.tp.partition, records=b.data) for b in batches])
+        request = encode_produce_request(
+            s.acks, s.request_timeout_ms,
+            [(b.tp.topic, b.tp.partition, b.data or b"") for b in batches])
         if s.acks == 0:  # the client does not wait for the answer (Kafka: offset -1)
             for b in batches:
                 b.acks_zero = True
                 self._finish(b, -1, -1, None)
         try:
             try:
-                stub = self.conns.broker_stub(node)
-                response = await stub.Produce(request, timeout=s.request_timeout_ms / 1000.0)
+                produce = self._produce_call(node)
+                response = await produce(request, timeout=s.request_timeout_ms / 1000.0)
             except grpc.RpcError as exc:
                 err = rpc_error(exc)
                 for b in batches:
@@ -404,6 +407,21 @@ class ProducerCore:
         finally:
             self.in_flight[node] -= 1
             self.wake()
+
+    def _produce_call(self, node: int) -> _ProduceCall:
+        """``Broker/Produce`` on ``node``'s channel taking the request's encoded bytes (no
+        protobuf message: see ``produce_request``)."""
+        address = self.metadata.broker_address(node)
+        if address is None:
+            raise StromError(ErrorCode.LEADER_NOT_AVAILABLE,
+                             f"broker {node} is not in the cluster metadata")
+        channel = self.conns.channel(address)
+        cached = self._produce_calls.get(address)
+        if cached is None or cached[0] is not channel:
+            cached = self._produce_calls[address] = (channel, channel.unary_unary(
+                _PRODUCE_METHOD, request_serializer=None,
+                response_deserializer=broker_pb2.ProduceResponse.FromString))
+        return cached[1]
 
     def _failed(self, batch: ProducerBatch, err: StromError) -> None:
         if batch.done:

@@ -317,6 +317,10 @@ def test_coordinator_kill_9_group_resumes_from_committed_offsets(tmp_path: Path)
         new_coordinator = wait_until(lambda: admin.find_coordinator("audit")[0], 30,
                                      "a coordinator")
         assert new_coordinator != coordinator
+        cluster.wait_until(lambda: coordinator in cluster.describe().fenced_broker_ids,
+                           timeout=30, what=f"broker {coordinator} fenced")
+        [listing] = admin.list_groups()  # every live broker asked, the dead one skipped
+        assert (listing.group_id, listing.coordinator) == ("audit", new_coordinator)
         assert admin.list_group_offsets("audit") == {
             TopicPartition("events", p): 60 for p in range(3)}
 

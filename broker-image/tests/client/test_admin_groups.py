@@ -11,6 +11,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -392,3 +393,42 @@ def test_merge_listings_prefers_the_loaded_coordinator() -> None:
                group_pb2.GroupListing(group_id="a", state="Empty", coordinator=1)]
     assert [(g.group_id, g.coordinator) for g in merge_listings(answers)] == [("a", 1), ("g", 2)]
     assert [g.group_id for g in merge_listings(answers, ["stable"])] == ["g"]
+
+
+# --- against real brokers -----------------------------------------------------------------------
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_admin_groups_on_a_three_broker_cluster(tmp_path: Path) -> None:
+    """Groups spread over several coordinators: ListGroups merges every broker's answer, the
+    other calls follow each group to its own coordinator."""
+    from strom.testing import running_cluster
+
+    with running_cluster(tmp_path, brokers=3, config={
+            "offsets.topic.num.partitions": "6", "offsets.topic.replication.factor": "3",
+            "group.initial.rebalance.delay.ms": "0"}) as cluster, cluster.admin() as admin:
+        admin.create_topic("t", partitions=2, replication_factor=3)
+        with Producer(cluster.bootstrap, acks="all") as p:
+            for i in range(8):
+                p.send("t", b"x", partition=i % 2)
+            p.flush()
+        groups = [f"g{i}" for i in range(8)]
+        for i, g in enumerate(groups):
+            admin.commit_group_offsets(g, {TP("t", 0): i % 5, TP("t", 1): 1})
+        listed = admin.list_groups()
+        assert [g.group_id for g in listed] == groups
+        assert {g.state for g in listed} == {"Empty"}
+        coordinators = {g.group_id: g.coordinator for g in listed}
+        assert len(set(coordinators.values())) > 1, coordinators  # really merged
+        for desc in admin.describe_groups(groups):
+            assert desc.state == "Empty" and desc.coordinator == coordinators[desc.group_id]
+        assert admin.list_group_offsets("g3") == {TP("t", 0): 3, TP("t", 1): 1}
+        assert [(r.partition, r.lag) for r in admin.group_lag("g3")] == [(0, 1), (1, 3)]
+        plan = admin.reset_group_offsets("g3", ["t"], "latest", dry_run=True)
+        assert plan == {TP("t", 0): 4, TP("t", 1): 4}
+        assert admin.list_group_offsets("g3") == {TP("t", 0): 3, TP("t", 1): 1}
+        admin.reset_group_offsets("g3", ["t"], OffsetReset.shift_by(-2))
+        assert admin.list_group_offsets("g3") == {TP("t", 0): 1, TP("t", 1): 0}
+        assert admin.delete_groups(groups) == dict.fromkeys(groups)
+        assert admin.list_groups() == []
+        assert admin.describe_group("g3").state == "Dead"

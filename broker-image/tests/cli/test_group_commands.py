@@ -226,3 +226,13 @@ def test_help_lists_the_group_commands(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     for command in ("list", "describe", "reset-offsets", "delete"):
         assert command in out
+
+
+def test_describe_a_partition_of_a_deleted_topic(admin: FakeAdmin,
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admin, "group_lag",
+                        lambda group: [GroupPartitionLag("gone", 0, 7, -1, -1)])
+    code, out, _ = run(capsys, "describe", "idle")
+    assert code == 0
+    assert out.splitlines()[1].split() == ["idle", "gone", "0", "7", "-", "-", "-", "-", "-"]

@@ -273,6 +273,16 @@ def test_group_offsets_and_lag(groups_cluster: GroupFakeCluster) -> None:
                                (2, 2, 2, 0, None, None)]
 
 
+def test_lag_of_a_deleted_topic_is_unknown(groups_cluster: GroupFakeCluster) -> None:
+    groups_cluster.create_topic("t", 1)
+    produce(groups_cluster, "t", {0: 4})
+    groups_cluster.add_group("g", "Empty", offsets={("t", 0): 1, ("gone", 0): 7})
+    with Admin(groups_cluster.bootstrap) as admin:
+        rows = admin.group_lag("g")
+    assert [(r.topic, r.committed, r.log_end_offset, r.lag) for r in rows] == [
+        ("gone", 7, -1, None), ("t", 1, 4, 3)]
+
+
 async def test_async_admin_group_calls(groups_cluster: GroupFakeCluster) -> None:
     groups_cluster.create_topic("t", 1)
     groups_cluster.add_group("g", "Empty", offsets={("t", 0): 0})

@@ -136,7 +136,8 @@ def reset_spec(args: argparse.Namespace) -> str:
 
 def lag_rows(group: str, lags: Sequence[Any]) -> list[dict[str, Any]]:
     return [{"group": group, "topic": r.topic, "partition": r.partition,
-             "current_offset": r.committed, "log_end_offset": r.log_end_offset,
+             "current_offset": r.committed,
+             "log_end_offset": r.log_end_offset if r.log_end_offset >= 0 else None,
              "lag": r.lag, "consumer_id": r.member_id, "host": r.host,
              "client_id": r.client_id} for r in lags]
 

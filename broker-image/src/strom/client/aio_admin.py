@@ -568,7 +568,23 @@ class AsyncAdmin:
         description, committed = await asyncio.gather(self.describe_group(group_id),
                                                       self.list_group_offsets(group_id))
         assigned = {tp for m in description.members for tp in m.assignment}
-        starts, ends = await self._log_bounds(set(committed) | assigned)
+        wanted = set(committed) | assigned
+        try:
+            starts, ends = await self._log_bounds(wanted)
+        except StromError as err:
+            if err.code is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise
+            # a topic deleted since the commit: its rows keep log offsets -1, the rest resolve
+            starts, ends = {}, {}
+            for topic in sorted({tp.topic for tp in wanted}):
+                try:
+                    s, e = await self._log_bounds(tp for tp in wanted if tp.topic == topic)
+                except StromError as inner:
+                    if inner.code is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                        raise
+                    continue
+                starts.update(s)
+                ends.update(e)
         return partition_lags(description, committed, starts, ends)
 
     async def _resolve_partitions(self, topics: GroupTopics) -> list[TopicPartition]:

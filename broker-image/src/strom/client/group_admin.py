@@ -20,9 +20,6 @@ from strom.client.models import (
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import group_pb2
 
-#: States in which a group has no member, so its offsets may be reset or the group deleted.
-INACTIVE_STATES = frozenset({"Empty", "Dead"})
-
 
 def listing_from_proto(g: group_pb2.GroupListing) -> GroupListing:
     return GroupListing(group_id=g.group_id, state=g.state,
@@ -89,7 +86,7 @@ def _assigned(description: GroupDescription) -> set[TopicPartition]:
 def require_inactive(description: GroupDescription) -> None:
     """Kafka resets (and deletes) only groups without members: a live member would overwrite
     the new offsets with its next commit."""
-    if description.state in INACTIVE_STATES and not description.members:
+    if description.is_empty:
         return
     raise StromError(
         ErrorCode.NON_EMPTY_GROUP,

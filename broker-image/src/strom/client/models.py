@@ -246,7 +246,8 @@ class GroupPartitionLag:
 
     ``lag`` is ``log_end_offset - committed`` (never negative). A partition without a commit has
     ``committed`` None and, by convention here, ``lag = log_end_offset - log_start_offset``: the
-    records a consumer starting from the earliest offset would still have to read.
+    records a consumer starting from the earliest offset would still have to read. Log offsets
+    are -1 (and ``lag`` None) for a partition whose topic no longer exists.
     """
 
     topic: str
@@ -263,7 +264,10 @@ class GroupPartitionLag:
         return TopicPartition(self.topic, self.partition)
 
     @property
-    def lag(self) -> int:
+    def lag(self) -> int | None:
+        """None only when the log end is unknown (the topic is gone)."""
+        if self.log_end_offset < 0:
+            return None
         start = self.log_start_offset if self.committed is None else self.committed
         return max(0, self.log_end_offset - max(start, 0))
 

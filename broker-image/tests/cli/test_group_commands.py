@@ -124,6 +124,10 @@ def test_describe_offsets_is_kafkas_table(admin: FakeAdmin,
                                 "consumer_id": None, "host": None, "client_id": None}]
     code, out, err = run(capsys, "describe", "idle")
     assert "has no active members" in err
+    admin.groups["busy"] = GroupDescription("busy", "PreparingRebalance", members=[
+        GroupMemberDescription("m-1", "c1")])
+    code, out, err = run(capsys, "describe", "busy", "--state")
+    assert code == 0 and "Warning: consumer group 'busy' is rebalancing." in err
 
 
 def test_describe_members_and_state(admin: FakeAdmin,

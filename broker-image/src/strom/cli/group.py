@@ -188,6 +188,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
             raise CliError(f"consumer group {missing[0]!r} does not exist (see: strom group "
                            "list)")
         for desc in descriptions:
+            if desc.state in ("PreparingRebalance", "CompletingRebalance"):
+                _note(f"Warning: consumer group '{desc.group_id}' is rebalancing.", args)
             if args.view == "state":
                 rows = [state_row(desc)]
                 columns: Sequence[str] = STATE_COLUMNS

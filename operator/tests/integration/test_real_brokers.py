@@ -273,3 +273,38 @@ def test_strom_consumer_group_lag_reset_and_autoscale_against_real_brokers(
         status = api.find("StromConsumerGroup", "billing")["status"]
         assert status["totalLag"] == RECORDS and status["appliedResetGeneration"] == 2
         assert api.find("Deployment", "worker")["spec"]["replicas"] == PARTITIONS, "capped"
+
+        # A member joins: a changed resetOffsets waits (the group is not empty), then applies
+        # once the member has left.
+        consumer = Consumer(
+            cluster.bootstrap,
+            group_id="billing",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+        )
+        try:
+            consumer.subscribe([TOPIC])
+            deadline = time.monotonic() + 60
+            while not consumer.assignment() and time.monotonic() < deadline:
+                consumer.poll(timeout_ms=200)
+            assert consumer.assignment()
+            latest = {**spec, "resetOffsets": {"to": "latest"}}
+            out = groups.reconcile(_group_body(api, latest, 3))
+            status = api.find("StromConsumerGroup", "billing")["status"]
+            assert status["members"] == 1 and out.requeue
+            waiting = _cond(api, "StromConsumerGroup", "billing", "OffsetsReset")
+            assert waiting is not None and waiting["reason"] == "WaitingForEmptyGroup"
+            assert set(admin.list_group_offsets("billing").values()) == {0}
+        finally:
+            consumer.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            groups.reconcile(_group_body(api, latest, 3))
+            applied = _cond(api, "StromConsumerGroup", "billing", "OffsetsReset")
+            if applied is not None and applied["status"] == "True":
+                break
+            time.sleep(0.5)
+        assert set(admin.list_group_offsets("billing").values()) == {per_partition}
+        status = api.find("StromConsumerGroup", "billing")["status"]
+        assert status["totalLag"] == 0 and status["appliedResetGeneration"] == 3

@@ -15,6 +15,7 @@ from strom.client import Producer
 from strom.client.models import RecordMetadata
 from strom.client.partitioner import DefaultPartitioner
 from strom.client.producer_batch import RecordFuture
+from strom.protocol.records import BatchBuilder, Compression
 from strom.protocol.v1 import broker_pb2, common_pb2
 
 
@@ -105,3 +106,19 @@ def test_full_or_failed_batch_is_never_appended_to(producer: Producer) -> None:
     second = producer.send("t", b"b")
     assert second._meta[0] is not batch
     assert len(batch.builder) == 1
+
+
+def test_builder_fast_methods_produce_the_same_bytes() -> None:
+    a, b = BatchBuilder(Compression.NONE, 200), BatchBuilder(Compression.NONE, 200)
+    indexes = []
+    for i in range(50):
+        ok = a.append(b"k", b"v%d" % i, 1000 + i, [("h", b"x")])
+        index = b.try_append(b"k", b"v%d" % i, 1000 + i, [("h", b"x")])
+        assert ok == (index >= 0)
+        if not ok:
+            break
+        indexes.append(index)
+    assert indexes == list(range(len(indexes))) and 1 < len(indexes) < 50
+    assert b.try_append(None, b"x" * 300, 1, []) == -1  # over batch_size: refused
+    built = b.build_buffer()
+    assert isinstance(built, bytearray) and built == a.build()

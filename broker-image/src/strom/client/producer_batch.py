@@ -116,7 +116,7 @@ class ProducerBatch:
         # the async producer's: (index, timestamp, key_size, value_size, asyncio.Future)
         self.async_futures: list[tuple[int, int, int, int, Any]] | None = None
         self.callbacks: list[tuple[int, int, int, int, DeliveryCallback]] | None = None
-        self.data: bytes | None = None  # set when closed for sending
+        self.data: bytes | bytearray | None = None  # set when closed; never modified after
         self.full = False
         self.attempts = 0
         self.retry_at_ms = 0.0
@@ -135,10 +135,10 @@ class ProducerBatch:
     def record_count(self) -> int:
         return len(self.builder)
 
-    def close(self) -> bytes:
+    def close(self) -> bytes | bytearray:
         """Freeze the batch into bytes (idempotent: retries resend the same bytes)."""
         if self.data is None:
-            self.data = self.builder.build()
+            self.data = self.builder.build_buffer()
             self.full = True
         return self.data
 

@@ -140,12 +140,19 @@ class BatchBuilder:
     def build(self) -> bytes:
         return bytes(self._builder.build())
 
+    def build_buffer(self) -> bytearray:
+        """``build`` without the copy into ``bytes``: the codec's own buffer, which nothing
+        writes to afterwards (call once, then drop the builder). The producer sends 1 MiB
+        batches; the copy was a measurable share of its CPU at 1 KiB records."""
+        buf: bytearray = self._builder.build()
+        return buf
+
 
 _PRODUCER_STATE = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at byte 43
 _CRC = struct.Struct(">I")
 
 
-def restamp_producer_state(batch: bytes, producer_id: int, producer_epoch: int,
+def restamp_producer_state(batch: bytes | bytearray, producer_id: int, producer_epoch: int,
                            base_sequence: int) -> bytes:
     """A copy of one built batch with new producer id/epoch/base sequence and its CRC redone.
 

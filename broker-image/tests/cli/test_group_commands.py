@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from strom.cli import group as group_cmd
+from strom.cli.errors import UsageError
 from strom.cli.main import main
 from strom.client.models import (
     GroupDescription,
@@ -169,6 +171,22 @@ def test_reset_scenarios_are_dry_runs_by_default(
     assert "Dry run" in err and "--execute" in err
 
 
+def test_by_duration_counts_back_from_now(admin: FakeAdmin,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert group_cmd.parse_duration_ms("PT30M") == 1_800_000
+    assert group_cmd.parse_duration_ms("p1dt1h1m1.5s") == 90_061_500
+    for bad in ("P", "PT", "30M", "PT0S", "P1H"):
+        with pytest.raises(UsageError):
+            group_cmd.parse_duration_ms(bad)
+    before = int(time.time() * 1000)
+    code, _, err = run(capsys, "reset-offsets", "idle", "--topic", "t", "--by-duration", "PT1H")
+    after = int(time.time() * 1000)
+    assert code == 0, err
+    spec = admin.calls[-1][3]
+    assert spec.startswith("datetime:")
+    assert before - 3_600_000 <= int(spec.split(":")[1]) <= after - 3_600_000
+
+
 def test_reset_execute_partitions_and_all_topics(
         admin: FakeAdmin, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "reset-offsets", "idle", "--topic", "t:0,2", "--topic", "u",
@@ -191,6 +209,7 @@ def test_reset_execute_partitions_and_all_topics(
     (["--topic", "t", "--to-datetime", "tomorrow"], "--to-datetime 'tomorrow'"),
     (["--topic", "t", "--to-datetime", "earliest"], "use --to-earliest"),
     (["--topic", "t", "--to-earliest", "--execute", "--dry-run"], "not allowed with"),
+    (["--topic", "t", "--by-duration", "1h"], "--by-duration '1h' is not an ISO-8601"),
 ])
 def test_reset_usage_errors(admin: FakeAdmin, capsys: pytest.CaptureFixture[str],
                             argv: list[str], message: str) -> None:

@@ -2,15 +2,17 @@
 
 Mirrors ``kafka-consumer-groups.sh``: the same columns (CURRENT-OFFSET, LOG-END-OFFSET, LAG,
 CONSUMER-ID, HOST, CLIENT-ID), the same reset scenarios (``--to-earliest``, ``--to-latest``,
-``--to-offset``, ``--to-datetime``, ``--shift-by``) and the same safety default: a reset is a dry
-run that prints the plan unless ``--execute`` is given, and only a group without members can be
-reset or deleted.
+``--to-offset``, ``--to-datetime``, ``--by-duration``, ``--shift-by``) and the same safety
+default: a reset is a dry run that prints the plan unless ``--execute`` is given, and only a
+group without members can be reset or deleted.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,6 +82,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     scenario.add_argument("--to-datetime", metavar="WHEN",
                           help="the first offset at or after WHEN (ISO-8601, no zone = UTC, or "
                           "ms since the epoch); the log end if there is none")
+    scenario.add_argument("--by-duration", metavar="PnDTnHnMnS",
+                          help="the first offset at or after now minus this ISO-8601 duration, "
+                          "e.g. PT30M or P1DT12H (Kafka's --by-duration)")
     scenario.add_argument("--shift-by", type=int, metavar="N",
                           help="the committed offset plus N (N may be negative)")
     mode = reset.add_mutually_exclusive_group()
@@ -115,7 +120,24 @@ def parse_topic_arg(value: str) -> str | tuple[str, int] | list[tuple[str, int]]
     return [(name, int(p)) for p in dict.fromkeys(items)]
 
 
-def reset_spec(args: argparse.Namespace) -> str:
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?")
+
+
+def parse_duration_ms(value: str, flag: str = "--by-duration") -> int:
+    """ISO-8601 ``PnDTnHnMnS`` (Kafka's --by-duration format) -> milliseconds (> 0)."""
+    text = value.strip().upper()
+    match = _DURATION.fullmatch(text)
+    if match is None or not any(match.groups()) or text.endswith("T"):
+        raise UsageError(f"{flag} {value!r} is not an ISO-8601 duration; give e.g. PT30M, "
+                         "PT1H or P1DT12H")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    ms = int(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
+    if ms <= 0:
+        raise UsageError(f"{flag} {value!r} is zero; give a positive duration")
+    return ms
+
+
+def reset_spec(args: argparse.Namespace, now_ms: int | None = None) -> str:
     """The scenario flags as ``OffsetReset.parse`` text."""
     if args.to_earliest:
         return "earliest"
@@ -131,6 +153,9 @@ def reset_spec(args: argparse.Namespace) -> str:
             raise UsageError(f"--to-datetime {args.to_datetime!r}: give a date-time; for "
                              f"{when} use --to-{when}")
         return f"datetime:{when}"
+    if args.by_duration is not None:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return f"datetime:{max(0, now - parse_duration_ms(args.by_duration))}"
     return f"shift:{args.shift_by}"
 
 

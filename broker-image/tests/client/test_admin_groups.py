@@ -335,6 +335,18 @@ def test_reset_refuses_a_group_with_members(groups_cluster: GroupFakeCluster) ->
     assert not [c for c in groups_cluster.group_calls if c[1] == "OffsetCommit"]
 
 
+def test_admin_commit_refused_because_of_members_says_what_to_do(
+        groups_cluster: GroupFakeCluster) -> None:
+    # a member joined between the emptiness check and the commit: the broker's error, our words
+    groups_cluster.create_topic("t", 1)
+    groups_cluster.add_group("busy", "Stable", members())
+    with Admin(groups_cluster.bootstrap) as admin, pytest.raises(StromError) as info:
+        admin.commit_group_offsets("busy", {TP("t", 0): 0})
+    assert info.value.code is ErrorCode.UNKNOWN_MEMBER_ID
+    assert "it has members now" in info.value.message
+    assert "strom group describe busy --members" in info.value.message
+
+
 def test_reset_of_an_unknown_group_creates_its_offsets(groups_cluster: GroupFakeCluster) -> None:
     groups_cluster.create_topic("t", 1)
     produce(groups_cluster, "t", {0: 3})

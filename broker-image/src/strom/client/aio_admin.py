@@ -61,6 +61,10 @@ ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 
 PartitionKey = tuple[str, int]
 
+#: Commit errors that mean "the group has members": an admin commit needs an empty group.
+_MEMBER_ERRORS = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
+                            ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.FENCED_INSTANCE_ID})
+
 #: What ``reset_group_offsets`` accepts for its topics: a topic (every partition) or one partition.
 GroupTopics = Iterable[str | TopicPartition | tuple[str, int]]
 
@@ -650,10 +654,16 @@ class AsyncAdmin:
         response = await self._coordinator_call(
             group_id, "OffsetCommit", request, lambda r: (r.error_code, r.error_message))
         for p in response.partitions:
-            if p.error_code:
-                raise StromError(error_code_from_int(p.error_code),
-                                 p.error_message or f"commit of {group_id!r} on "
-                                 f"{p.topic}-{p.partition} failed")
+            if not p.error_code:
+                continue
+            code = error_code_from_int(p.error_code)
+            if code in _MEMBER_ERRORS:
+                # the member-facing text ("rejoin ...") means nothing to an operator
+                raise StromError(code, f"the coordinator refused the admin commit to group "
+                                 f"{group_id!r}: it has members now; stop its consumers first "
+                                 f"(see 'strom group describe {group_id} --members')")
+            raise StromError(code, p.error_message or f"commit of {group_id!r} on "
+                             f"{p.topic}-{p.partition} failed")
 
     async def close(self) -> None:
         await self._conns.close()

@@ -31,6 +31,8 @@ _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _UI = struct.Struct(">I")
 _H = struct.Struct(">h")
+_PREFIX = struct.Struct(">qii")
+OFFSETS_PREFIX = 16  # baseOffset, batchLength, partitionLeaderEpoch
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08  # 1 = LogAppendTime
@@ -87,6 +89,13 @@ class BatchHeader:
     @property
     def log_append_time(self) -> bool:
         return bool(self.attributes & ATTR_TIMESTAMP_TYPE)
+
+    def with_offsets(self, base_offset: int, leader_epoch: int) -> BatchHeader:
+        """This header as ``patch_offsets`` would leave it (the fields outside the CRC)."""
+        return BatchHeader(base_offset, self.batch_length, leader_epoch, self.magic, self.crc,
+                           self.attributes, self.last_offset_delta, self.base_timestamp,
+                           self.max_timestamp, self.producer_id, self.producer_epoch,
+                           self.base_sequence, self.records_count, self.position)
 
 
 def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
@@ -176,6 +185,13 @@ def iter_headers(buf: bytes | bytearray | memoryview, position: int = 0) -> Iter
             return
         yield parse_header(buf, position)
         position += LOG_OVERHEAD + length
+
+
+def offsets_prefix(h: BatchHeader) -> bytes:
+    """The first ``OFFSETS_PREFIX`` bytes of ``h``'s batch (baseOffset, batchLength,
+    partitionLeaderEpoch) from the header object: written in place of the producer's bytes,
+    it assigns offsets without copying the batch (all three sit outside the CRC)."""
+    return _PREFIX.pack(h.base_offset, h.batch_length, h.leader_epoch)
 
 
 def patch_offsets(buf: bytearray, position: int, base_offset: int, leader_epoch: int) -> None:

@@ -221,17 +221,23 @@ class PartitionLog:
                     duplicate=True)
         now = self._clock()
         append_time = self.config.log_append_time
-        buf = bytearray(records)
         offset = self.log_end_offset
-        for h in headers:
-            patch_offsets(buf, h.position, offset, leader_epoch)
-            if append_time:
+        buf: bytes | bytearray = records
+        if append_time:  # attributes, maxTimestamp and the CRC change: patch a copy
+            buf = bytearray(records)
+            for h in headers:
+                patch_offsets(buf, h.position, offset, leader_epoch)
                 set_log_append_time(buf, h.position, h.size, now)
-            offset += h.last_offset_delta + 1
-        patched = [parse_header(buf, h.position) for h in headers]
+                offset += h.last_offset_delta + 1
+            patched = [parse_header(buf, h.position) for h in headers]
+        else:  # only fields outside the CRC: written from the headers, the bytes not copied
+            patched = []
+            for h in headers:
+                patched.append(h.with_offsets(offset, leader_epoch))
+                offset += h.last_offset_delta + 1
         if self._epochs.assign(leader_epoch, patched[0].base_offset):
             self._epochs.save()
-        self._write(buf, patched, now)
+        self._write(buf, patched, now, offsets_from_headers=not append_time)
         return AppendResult(
             base_offset=patched[0].base_offset, last_offset=patched[-1].last_offset,
             record_count=sum(h.records_count for h in patched), size_bytes=len(buf),
@@ -274,7 +280,8 @@ class PartitionLog:
                 or seg.time_index.full or h.last_offset - seg.base_offset > INT32_MAX
                 or now - seg.created_ms > self.config.segment_ms)
 
-    def _write(self, buf: bytes | bytearray, headers: Sequence[BatchHeader], now: int) -> None:
+    def _write(self, buf: bytes | bytearray, headers: Sequence[BatchHeader], now: int, *,
+               offsets_from_headers: bool = False) -> None:
         i = 0
         while i < len(headers):
             seg = self._segments[-1]
@@ -292,7 +299,7 @@ class PartitionLog:
                     break
                 size += h.size
                 j += 1
-            seg.append(buf, headers[i:j])
+            seg.append(buf, headers[i:j], offsets_from_headers=offsets_from_headers)
             self._producers.update_all(headers[i:j])
             i = j
         self._unflushed_messages += sum(h.records_count for h in headers)

@@ -94,8 +94,11 @@ class Producer:
                 lock.acquire()
                 try:
                     if not batch.full:
-                        index = batch.builder.try_append(None, value, ts, _NO_HEADERS)
-                        if index >= 0:
+                        builder = batch.builder
+                        index = builder.count
+                        # the codec's append itself: a wrapper call was ~13 % of send()
+                        if builder.raw_append(index, ts, None, value, _NO_HEADERS) is not None:
+                            builder.count = index + 1
                             if on_delivery is not None:
                                 batch.add_callback(index, ts, ks, vs, on_delivery)
                             future = _new(RecordFuture)  # skips Future.__init__ (see the class)

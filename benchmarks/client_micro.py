@@ -1,8 +1,10 @@
 """Micro-benchmark of the client's per-record costs, without a broker.
 
 Measures what bounds a single Python producer or consumer: the cost of ``Producer.send()`` (route,
-append to the open batch, lazy future) with the network out of the picture, and the cost of
-turning fetched bytes into ``Record`` objects (``decode_batches``, as ``Consumer.poll`` does).
+append to the open batch, lazy future) with the network out of the picture, what the sender does
+per batch after that (close: the codec's CRC; the Produce request bytes), the broker's leader
+append of a 1 MiB batch (into a temp dir), and the cost of turning fetched bytes into
+``Record`` objects (``decode_batches``, as ``Consumer.poll`` does). All per record.
 Not a test; run ``uv run python benchmarks/client_micro.py [--records N]``. Prints a table.
 """
 
@@ -10,14 +12,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
+from pathlib import Path
 
 from strom.client import Producer, TopicPartition
 from strom.client.fetcher import ConsumerCore, ConsumerSettings
 from strom.client.partitioner import murmur2
 from strom.client.positions import CompletedFetch
+from strom.client.produce_request import encode_produce_request
 from strom.protocol.records import BatchBuilder, Compression, decode_batches
 from strom.protocol.v1 import broker_pb2, common_pb2
+from strom.storage import LogConfig, PartitionLog
 
 
 def _offline_producer(**kw: object) -> Producer:
@@ -60,6 +66,42 @@ def bench_builder(n: int, value: bytes) -> float:
             b = BatchBuilder(Compression.NONE, 1 << 20)
             b.append(None, value, 1_700_000_000_000)
     return time.perf_counter() - start
+
+
+def bench_batch_out(value: bytes, batches: int = 20) -> tuple[float, float, int]:
+    """Per 1 MiB batch, the sender's work after the appends: close (the codec's header and
+    CRC-32C) and the Produce request bytes. Returns (close s, encode s, records per batch)."""
+    closing = encoding = 0.0
+    count = 0
+    for _ in range(batches):
+        b = BatchBuilder(Compression.NONE, 1 << 20)
+        while b.append(None, value, 1_700_000_000_000):
+            pass
+        count = len(b)
+        start = time.perf_counter()
+        data = b.build_buffer()
+        closing += time.perf_counter() - start
+        start = time.perf_counter()
+        encode_produce_request(1, 30_000, [("t", 0, data)])
+        encoding += time.perf_counter() - start
+    return closing / batches, encoding / batches, count
+
+
+def bench_leader_append(value: bytes, batches: int = 50) -> tuple[float, int]:
+    """The broker's ``PartitionLog.append_as_leader`` of 1 MiB batches into a temp dir."""
+    b = BatchBuilder(Compression.NONE, 1 << 20)
+    while b.append(None, value, 1_700_000_000_000):
+        pass
+    data, count = b.build(), len(b)
+    with tempfile.TemporaryDirectory() as tmp:
+        plog = PartitionLog.open(Path(tmp), LogConfig(segment_bytes=1 << 30), topic="t",
+                                 partition=0)
+        start = time.perf_counter()
+        for _ in range(batches):
+            plog.append_as_leader(data, 0)
+        elapsed = time.perf_counter() - start
+        plog.close()
+    return elapsed / batches, count
 
 
 def _batches(n: int, value: bytes, compression: Compression) -> bytes:
@@ -117,6 +159,15 @@ def main() -> None:
     row("Producer.send() null key (sticky)", bench_send(n, value, keyed=False, callback=False))
     row("Producer.send() keyed (1024 keys)", bench_send(n, value, keyed=True, callback=False))
     row("Producer.send() + on_delivery", bench_send(n, value, keyed=False, callback=True))
+    big = os.urandom(1024)
+    row("Producer.send() null key, 1 KiB value", bench_send(n // 4, big, keyed=False,
+                                                            callback=False), n // 4)
+    for v in (value, big):
+        close_s, encode_s, count = bench_batch_out(v)
+        row(f"batch close (codec CRC), {len(v)} B", close_s, count)
+        row(f"Produce request encode, {len(v)} B", encode_s, count)
+        append_s, count = bench_leader_append(v)
+        row(f"broker append_as_leader, {len(v)} B", append_s, count)
     keys = [os.urandom(16) for _ in range(10_000)]
     start = time.perf_counter()
     for k in keys:

@@ -219,6 +219,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "full": {"records_100b": 1_000_000, "records_1k": 300_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
+             "records_replicated": 300_000, "failovers": 10,
              "group_sizes": (1, 10, 50), "group_rebalance_repeats": 3,
              "group_records": 500_000, "group_members": 4},
 }

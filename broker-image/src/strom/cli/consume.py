@@ -6,7 +6,10 @@ Ctrl-C stops cleanly. The count goes to stderr. Text output writes the value byt
 (``null`` for a null value), optionally preceded by headers and key, tab-separated; ``-o json``
 writes one JSON object per line (keys and values as UTF-8 text, or ``{"base64": ...}``).
 
-Manual assignment of all partitions (or ``--partition``): consumer groups come later.
+Without ``--group`` the consumer assigns itself every partition (or ``--partition``). With
+``--group G`` it joins consumer group G (subscribing to the topic, sharing its partitions with the
+group's other members, committing what it printed when it stops); ``--from-beginning`` then only
+applies where the group has no committed offset (``auto.offset.reset=earliest``), as in Kafka.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from strom.cli.common import add_bootstrap_flag, bootstrap, partitions_of, request_timeout_ms
@@ -41,6 +44,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help="start at offset N (or earliest/latest); needs --partition")
     p.add_argument("--partition", type=int, default=None, metavar="P",
                    help="read only partition P (default: all partitions)")
+    p.add_argument("--group", default=None, metavar="G",
+                   help="consume as a member of consumer group G (committed offsets, shared "
+                   "partitions); cannot be combined with --partition or --offset")
     p.add_argument("--max-messages", type=int, default=None, metavar="N",
                    help="exit after N records (default: no limit)")
     p.add_argument("--timeout-ms", type=int, default=None, metavar="T",
@@ -144,10 +150,23 @@ def cmd_consume(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout-ms {args.timeout_ms} must be >= 0")
     if args.partition is not None and args.partition < 0:
         raise UsageError(f"--partition {args.partition} must be >= 0")
+    if args.group is not None and (args.partition is not None or args.offset is not None):
+        raise UsageError("--group cannot be combined with --partition or --offset: a group "
+                         "member consumes the partitions the group assigns it, from the "
+                         "committed offsets (use 'strom group reset-offsets' to move them)")
+    if args.group is not None and not args.group.strip():
+        raise UsageError("--group needs a group id, e.g. --group billing")
     start = start_position(args.from_beginning, args.offset, args.partition)
     servers = bootstrap(args)
     timeout_ms = request_timeout_ms(args)
     from strom.client import Consumer, TopicPartition
+
+    if args.group is not None:
+        partitions_of(args, args.topic)  # a clear error for an unknown topic
+        consumer = Consumer(servers, request_timeout_ms=timeout_ms, group_id=args.group,
+                            auto_offset_reset="earliest" if args.from_beginning else "latest",
+                            enable_auto_commit=True)
+        return _print_records(consumer, args, lambda: consumer.subscribe([args.topic]))
 
     partitions = partitions_of(args, args.topic)
     if args.partition is not None:
@@ -159,13 +178,23 @@ def cmd_consume(args: argparse.Namespace) -> int:
         partitions = [args.partition]
     tps = [TopicPartition(args.topic, p) for p in partitions]
 
-    rule = StopRule(args.max_messages, args.timeout_ms)
-    out = sys.stdout.buffer
     consumer = Consumer(servers, request_timeout_ms=timeout_ms)
-    interrupted = False
-    try:
+
+    def position() -> None:
         consumer.assign(tps)
         _seek(consumer, tps, start)
+
+    return _print_records(consumer, args, position)
+
+
+def _print_records(consumer: Any, args: argparse.Namespace, position: Callable[[], None]
+                   ) -> int:
+    """Poll and print until the stop rule says so; close (and so commit, in a group) at the end."""
+    rule = StopRule(args.max_messages, args.timeout_ms)
+    out = sys.stdout.buffer
+    interrupted = False
+    try:
+        position()
         rule.last_record = time.monotonic()  # the idle clock starts once positioned
         while not rule.done():
             remaining = rule.remaining()

@@ -49,6 +49,7 @@ from strom.controller.raft import RaftConfig
 from strom.controller.raftlog import DiskRaftLog
 from strom.controller.transport import GrpcTransport
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.shutdown import cancel_and_wait
 
 log = logging.getLogger("strom.broker.cluster")
 
@@ -151,11 +152,7 @@ class ClusterLink:
 
     async def stop(self) -> None:
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         if self.active is not None:
             await self.active.stop()

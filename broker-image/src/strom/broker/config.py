@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from strom.controller.voters import parse_voters as controller_voters
 from strom.protocol.errors import StromError
 from strom.storage.config import LogConfig, parse_topic_configs
 
@@ -532,21 +533,13 @@ def _topic_defaults(values: Mapping[str, Any]) -> LogConfig:
 
 
 def parse_voters(text: str) -> dict[int, str]:
-    """``0@127.0.0.1:9092,1@127.0.0.1:9093`` -> ``{0: "127.0.0.1:9092", 1: ...}``."""
-    out: dict[int, str] = {}
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        node, sep, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not sep or not colon or not host or not node.strip().isdigit() or not port.isdigit():
-            raise ConfigError(f"controller.quorum.voters: {item!r} is not ID@HOST:PORT "
-                              f"(e.g. 0@127.0.0.1:9092)")
-        if int(node) in out:
-            raise ConfigError(f"controller.quorum.voters: voter {int(node)} is listed twice")
-        out[int(node)] = address
-    return out
+    """``controller.quorum.voters``; empty means "this broker alone"."""
+    if not text.strip():
+        return {}
+    try:
+        return controller_voters(text)
+    except ValueError as err:
+        raise ConfigError(f"controller.quorum.voters: {err}") from None
 
 
 def _check_cluster_keys(config: BrokerConfig) -> None:

@@ -26,7 +26,6 @@ A failure to persist is fatal: the run task ends with the exception and the proc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -60,6 +59,7 @@ from strom.controller.raft import (
 from strom.controller.raftlog import RaftLog, persist
 from strom.controller.transport import Transport
 from strom.protocol.errors import ErrorCode, StromError
+from strom.shutdown import cancel_and_wait
 
 __all__ = ["NotControllerError", "QuorumDriver", "QuorumStatus"]
 
@@ -172,11 +172,7 @@ class QuorumDriver:
         self._tasks = [self.task, asyncio.create_task(self._ticker(), name="raft-ticker")]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         for p in self._pending.values():
             if not p.result.done():

@@ -34,6 +34,7 @@ from strom.controller.driver import NotControllerError, QuorumDriver
 from strom.controller.raft import RaftConfig
 from strom.controller.raftlog import DiskRaftLog
 from strom.controller.transport import MAX_MESSAGE_BYTES, GrpcTransport
+from strom.controller.voters import parse_voters
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.status import error_info
 from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
@@ -42,25 +43,6 @@ from strom.shutdown import stop_on_signals
 __all__ = ["ControllerConfig", "QuorumService", "parse_voters", "serve"]
 
 log = logging.getLogger("strom.controller")
-
-
-def parse_voters(text: str) -> dict[int, str]:
-    """``0@127.0.0.1:9093,1@127.0.0.1:9094`` -> ``{0: "127.0.0.1:9093", 1: ...}``."""
-    out: dict[int, str] = {}
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        node, sep, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not sep or not colon or not host or not node.strip().isdigit() or not port.isdigit():
-            raise ValueError(f"voter {item!r} is not ID@HOST:PORT (e.g. 0@127.0.0.1:9093)")
-        if int(node) in out:
-            raise ValueError(f"voter {int(node)} is listed twice")
-        out[int(node)] = address
-    if not out:
-        raise ValueError("no voters given (e.g. --voters 0@127.0.0.1:9093)")
-    return out
 
 
 class QuorumService(quorum_pb2_grpc.QuorumServicer):

@@ -21,7 +21,6 @@ partition leadership and committed offsets are replicated like any record. This 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -37,6 +36,7 @@ from strom.groups.offsets import OFFSETS_TOPIC, Record, partition_for_group
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import encode_batch
 from strom.replication.manager import ReplicaManager
+from strom.shutdown import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +96,8 @@ class GroupCoordinator:
 
     async def stop(self) -> None:
         self._started = False
-        tasks = [t for t in (self._loop_task, self._creating, *self._tasks) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(
+            t for t in (self._loop_task, self._creating, *self._tasks) if t is not None)
         for part in list(self.partitions.values()):
             await part.close()
         self.partitions.clear()

@@ -40,6 +40,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   - apiGroups: ["strom.dev"]
     resources: [stromclusters/status, stromtopics/status, stromconsumergroups/status]
     verbs: [get, patch, update]
+  # The objects it creates for a cluster carry an ownerReference with blockOwnerDeletion: with the
+  # OwnerReferencesPermissionEnforcement admission plugin (OpenShift) that needs this permission.
+  - apiGroups: ["strom.dev"]
+    resources: [stromclusters/finalizers]
+    verbs: [update]
   - apiGroups: [""]
     resources: [configmaps, services, serviceaccounts]
     verbs: [get, list, watch, create, patch, update, delete]

@@ -1,10 +1,11 @@
-"""The Helm chart without helm (not installable here): static checks of every file.
+"""The Helm chart, rendered and linted by Helm's own Go library (``helm-python-sdk``; no ``helm``
+binary and no cluster needed), for the default values and each documented variant.
 
-Checked: Chart.yaml and values.yaml parse; every ``.Values.x.y`` a template uses exists in
-values.yaml; the templates' ``{{ }}`` blocks balance; dashboards are valid Grafana JSON with unique
-uids; the dashboards' ConfigMap template carries the configurable sidecar label (default
-``grafana_dashboard: "1"``); RBAC names the verbs the operator uses and nothing cluster-wide
-beyond them; the PrometheusRule rules pass ``promtool check rules`` (skipped without promtool).
+Rendered objects must be valid Kubernetes objects (``kubernetes-validate``, strict); the
+prometheus-operator kinds, which it has no schema for, are checked structurally. RBAC is compared
+with what the operator's code says it touches (``reconcilers.kube.RESOURCES``), so the rules cannot
+grow or shrink without a test noticing. A few checks stay static because rendering cannot catch
+them: a ``.Values`` path that does not exist renders silently as empty.
 """
 
 from __future__ import annotations
@@ -13,62 +14,484 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import helm_python as helm
+import kubernetes_validate
 import pytest
 import yaml
 
-from tests.helpers import CHART
+from strom_operator import main as operator_main
+from strom_operator.model.manifests import RACK_CLUSTER_ROLE
+from strom_operator.reconcilers.kube import RESOURCES
+from tests.helpers import CHART, CRDS, K8S_VERSION
 
-TEMPLATES = sorted((CHART / "templates").glob("*"))
+RELEASE = "rel"
+NAMESPACE = "strom-system"
+FULLNAME = "rel-strom"
+#: Kinds kubernetes-validate has no schema for (prometheus-operator CRDs): checked structurally.
+MONITORING_KINDS = {"ServiceMonitor", "PrometheusRule"}
+DASHBOARDS = {"cluster-overview", "topics", "consumer-groups", "operator"}
+
+#: The documented variants of values.yaml (its comments and docs/operations.md).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "namespaced": {"watch": {"clusterWide": False, "namespaces": ["team-a", "team-b"]}},
+    "namespaced-release-ns": {"watch": {"clusterWide": False}},
+    "monitoring": {
+        "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prom"}},
+        "prometheusRule": {
+            "enabled": True,
+            "labels": {"release": "prom"},
+            "consumerLagThreshold": 500,
+            "diskUsageThreshold": 0.9,
+        },
+    },
+    "no-dashboards": {"dashboards": {"enabled": False}},
+    "dashboards-elsewhere": {
+        "dashboards": {
+            "namespace": "grafana",
+            "label": "grafana_dashboard_strom",
+            "labelValue": "yes",
+            "annotations": {"grafana_folder": "Strom"},
+        }
+    },
+    "custom": {
+        "image": {
+            "repository": "registry.example/strom-op",
+            "tag": "9.9.9",
+            "pullPolicy": "Always",
+        },
+        "imagePullSecrets": [{"name": "regcred"}],
+        "logLevel": "DEBUG",
+        "admin": {"timeoutMs": 1500, "rebalanceThrottleBytesPerSec": 0},
+        "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "metrics": {"port": 9100},
+        "serviceAccount": {"name": "strom-op", "annotations": {"iam.example/role": "x"}},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops"}],
+        "podAnnotations": {"example/scrape": "true"},
+    },
+    "no-rbac-no-sa": {"rbac": {"create": False}, "serviceAccount": {"create": False}},
+}
 
 
-def values():
-    return yaml.safe_load((CHART / "values.yaml").read_text())
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
 
 
-def test_chart_metadata():
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert chart["apiVersion"] == "v2" and chart["name"] == "strom"
-    assert re.match(r"^\d+\.\d+\.\d+$", chart["version"])
+def render(chart: helm.Chart, values: dict[str, Any]) -> list[dict[str, Any]]:
+    rendered = chart.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return [
+        doc
+        for text in rendered.values()
+        for doc in yaml.safe_load_all(text)
+        if doc  # templates disabled by a value render as empty documents
+    ]
 
 
-def test_values_referenced_by_templates_exist():
-    v = values()
-    for path in TEMPLATES:
+def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objs if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def kinds(objs: list[dict[str, Any]]) -> list[str]:
+    return sorted(o["kind"] for o in objs)
+
+
+# ---------------------------------------------------------------------------------------------
+# helm lint, schema validity, inventory
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_helm_lint_strict(variant):
+    report = helm.lint(
+        CHART, VARIANTS[variant], strict=True, namespace=NAMESPACE, kube_version="v1.31.0"
+    )
+    problems = [m for m in report["messages"] if m["severity"] >= 2]  # warnings and errors
+    assert report["total_charts_linted"] == 1
+    assert not problems and not report["errors"], problems or report["errors"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_rendered_object_is_valid_kubernetes(chart, variant):
+    objs = render(chart, VARIANTS[variant])
+    assert objs
+    seen = set()
+    for obj in objs:
+        meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace"), meta["name"])
+        assert key not in seen, f"rendered twice: {key}"
+        seen.add(key)
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        assert meta["labels"]["app.kubernetes.io/instance"] == RELEASE
+        if obj["kind"] in MONITORING_KINDS:
+            continue  # test_service_monitor / test_prometheus_rule
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_inventory_per_variant(chart):
+    base = ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"]
+    rbac_cluster_wide = ["ClusterRole", "ClusterRoleBinding"]
+    dashboards = ["ConfigMap"] * len(DASHBOARDS)
+    sa = ["ServiceAccount"]
+    expected = {
+        "defaults": base + rbac_cluster_wide + dashboards + sa,
+        "namespaced": [*base, "Role", "Role", "RoleBinding", "RoleBinding", *dashboards, *sa],
+        "namespaced-release-ns": [*base, "Role", "RoleBinding", *dashboards, *sa],
+        "monitoring": [
+            *base,
+            *rbac_cluster_wide,
+            *dashboards,
+            *sa,
+            "PrometheusRule",
+            "ServiceMonitor",
+        ],
+        "no-dashboards": base + rbac_cluster_wide + sa,
+        "dashboards-elsewhere": base + rbac_cluster_wide + dashboards + sa,
+        "custom": base + rbac_cluster_wide + dashboards + sa,
+        "no-rbac-no-sa": ["Deployment", "Service", *dashboards],
+    }
+    assert set(expected) == set(VARIANTS)
+    for variant, want in expected.items():
+        assert kinds(render(chart, VARIANTS[variant])) == sorted(want), variant
+
+
+def test_namespaced_objects_carry_the_release_namespace(chart):
+    for variant in VARIANTS:
+        for obj in render(chart, VARIANTS[variant]):
+            if obj["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
+                assert "namespace" not in obj["metadata"]
+            elif obj["kind"] in {"Role", "RoleBinding"}:
+                assert obj["metadata"]["namespace"] in {NAMESPACE, "team-a", "team-b"}
+            elif obj["kind"] == "ConfigMap" and variant == "dashboards-elsewhere":
+                assert obj["metadata"]["namespace"] == "grafana"
+            else:
+                assert obj["metadata"]["namespace"] == NAMESPACE, (variant, obj["kind"])
+
+
+def test_crds_installed_are_exactly_the_generated_ones(chart):
+    crds = {Path(c["filename"]).name: c["data"] for c in chart.crds}
+    files = {p.name: p.read_text() for p in sorted(CRDS.glob("*.yaml"))}
+    generated = {
+        "stromclusters.strom.dev.yaml",
+        "stromconsumergroups.strom.dev.yaml",
+        "stromtopics.strom.dev.yaml",
+    }
+    assert crds.keys() == files.keys() == generated
+    for name, text in files.items():
+        assert yaml.safe_load(crds[name]) == yaml.safe_load(text), name
+    # Templates never install CRDs (Helm's crds/ directory does, before the templates).
+    for variant in VARIANTS:
+        assert "CustomResourceDefinition" not in kinds(render(chart, VARIANTS[variant]))
+
+
+# ---------------------------------------------------------------------------------------------
+# values.schema.json
+
+
+def _schema_paths(schema: dict[str, Any], prefix: str = "") -> set[str]:
+    out = set()
+    for key, sub in schema.get("properties", {}).items():
+        out.add(prefix + key)
+        out |= _schema_paths(sub, f"{prefix}{key}.")
+    return out
+
+
+def _value_paths(values: dict[str, Any], schema: dict[str, Any], prefix: str = "") -> set[str]:
+    """Paths of values.yaml down to where the schema stops listing properties (free-form
+    objects such as resources.requests or nodeSelector)."""
+    out = set()
+    for key, sub in values.items():
+        out.add(prefix + key)
+        sub_schema = schema.get("properties", {}).get(key, {})
+        if isinstance(sub, dict) and "properties" in sub_schema:
+            out |= _value_paths(sub, sub_schema, f"{prefix}{key}.")
+    return out
+
+
+def test_schema_covers_values_yaml_and_the_templates(chart):
+    schema = chart.schema
+    assert schema is not None
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    known = _schema_paths(schema)
+    assert _value_paths(values, schema) <= known
+    # Every .Values path a template uses is a default in values.yaml and in the schema (Helm
+    # renders a missing path as empty, silently).
+    for path in sorted((CHART / "templates").glob("*")):
         for ref in re.findall(r"\.Values\.([A-Za-z0-9_.]+)", path.read_text()):
-            node = v
+            node = values
             for key in ref.split("."):
                 assert isinstance(node, dict) and key in node, f"{path.name}: .Values.{ref} missing"
                 node = node[key]
+            assert ref in known, f"{path.name}: .Values.{ref} not in values.schema.json"
 
 
-def test_template_delimiters_balance():
-    for path in TEMPLATES:
-        text = path.read_text()
-        assert text.count("{{") == text.count("}}"), path.name
-        opens = len(re.findall(r"{{-?\s*(if|range|with|define)\b", text))
-        ends = len(re.findall(r"{{-?\s*end\b", text))
-        assert opens == ends, f"{path.name}: {opens} blocks opened, {ends} closed"
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_schema_accepts_the_documented_variants(chart, variant):
+    chart.validate_schema(chart.merge_values(VARIANTS[variant]))
 
 
-def test_values_defaults():
-    v = values()
-    assert v["watch"]["clusterWide"] is True
-    assert v["dashboards"]["label"] == "grafana_dashboard" and v["dashboards"]["labelValue"] == "1"
-    assert {
-        "serviceMonitor",
-        "prometheusRule",
-        "dashboards",
-        "image",
-        "resources",
-        "logLevel",
-    } <= set(v)
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"logLevel": "TRACE"}, "/logLevel"),
+        ({"replicaCount": 2}, "/replicaCount"),
+        ({"watch": {"clusterwide": False}}, "clusterwide"),
+        ({"watch": {"clusterWide": "no"}}, "/watch/clusterWide"),
+        ({"watch": {"namespaces": ["Team_A"]}}, "/watch/namespaces/0"),
+        ({"image": {"tag": 1.2}}, "/image/tag"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"metrics": {"port": 8080}}, "/metrics/port"),
+        ({"metrics": {"port": 0}}, "/metrics/port"),
+        ({"admin": {"timeoutMs": 0}}, "/admin/timeoutMs"),
+        ({"admin": {"rebalanceThrottleBytesPerSec": -1}}, "/admin/rebalanceThrottleBytesPerSec"),
+        ({"prometheusRule": {"diskUsageThreshold": 1.5}}, "/prometheusRule/diskUsageThreshold"),
+        ({"prometheusRule": {"consumerLagThreshold": "many"}}, "/prometheusRule/consumer"),
+        ({"serviceMonitor": {"interval": "30"}}, "/serviceMonitor/interval"),
+        ({"dashboards": {"labelValue": 1}}, "/dashboards/labelValue"),
+        ({"logLevl": "INFO"}, "logLevl"),
+    ],
+)
+def test_schema_rejects_bad_values_naming_them(chart, values, message):
+    with pytest.raises(helm.HelmValuesError, match=re.escape(message)):
+        chart.validate_schema(chart.merge_values(values))
+    # helm install/template validate too: a bad value never renders.
+    with pytest.raises(helm.HelmValuesError, match=re.escape(message)):
+        chart.render(values=values, name=RELEASE, namespace=NAMESPACE)
+
+
+# ---------------------------------------------------------------------------------------------
+# the operator Deployment
+
+
+def _container(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_deployment_defaults(chart):
+    objs = render(chart, {})
+    deploy = one(objs, "Deployment", FULLNAME)
+    spec = deploy["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]
+    assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert pod["spec"]["serviceAccountName"] == FULLNAME
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["runAsUser"] == 10001  # the image's user
+    container = _container(objs)
+    app_version = chart.metadata["appVersion"]
+    assert container["image"] == f"ghcr.io/strom/strom-operator:{app_version}"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["args"] == ["--log-level=INFO"]  # cluster-wide: no --namespace
+    assert _env(container) == {
+        "STROM_OPERATOR_ADMIN_TIMEOUT_MS": "5000",
+        "STROM_OPERATOR_REBALANCE_THROTTLE": "52428800",
+        "STROM_OPERATOR_METRICS_PORT": "8081",
+    }
+    assert container["resources"] == {
+        "requests": {"cpu": "50m", "memory": "128Mi"},
+        "limits": {"memory": "256Mi"},
+    }
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8081, "health": 8080}
+    # The liveness probe hits the endpoint strom-operator serves by default.
+    default_liveness = operator_main.parse_args([]).liveness
+    assert default_liveness == "http://0.0.0.0:8080/healthz"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_deployment_gets_custom_values(chart):
+    objs = render(chart, VARIANTS["custom"])
+    pod = one(objs, "Deployment")["spec"]["template"]
+    container = _container(objs)
+    assert container["image"] == "registry.example/strom-op:9.9.9"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["args"] == ["--log-level=DEBUG"]
+    assert _env(container) == {
+        "STROM_OPERATOR_ADMIN_TIMEOUT_MS": "1500",
+        "STROM_OPERATOR_REBALANCE_THROTTLE": "0",
+        "STROM_OPERATOR_METRICS_PORT": "9100",
+    }
+    assert container["resources"] == VARIANTS["custom"]["resources"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"] == 9100
+    assert pod["metadata"]["annotations"] == {"example/scrape": "true"}
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["spec"]["tolerations"] == VARIANTS["custom"]["tolerations"]
+    assert pod["spec"]["serviceAccountName"] == "strom-op"
+    sa = one(objs, "ServiceAccount")
+    assert sa["metadata"]["name"] == "strom-op"
+    assert sa["metadata"]["annotations"] == {"iam.example/role": "x"}
+    for binding in (o for o in objs if o["kind"].endswith("Binding")):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "strom-op", "namespace": NAMESPACE}
+        ]
+    service = one(objs, "Service")
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9100, "targetPort": "metrics"}]
+
+
+def test_metrics_service_selects_the_operator_pod(chart):
+    objs = render(chart, {})
+    pod_labels = one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    service = one(objs, "Service", f"{FULLNAME}-metrics")
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+@pytest.mark.parametrize(
+    ("variant", "namespaces"),
+    [
+        ("defaults", []),
+        ("namespaced", ["team-a", "team-b"]),
+        ("namespaced-release-ns", [NAMESPACE]),
+    ],
+)
+def test_operator_parses_the_rendered_args(chart, variant, namespaces):
+    """The rendered args are what ``strom-operator`` accepts, and mean the chosen watch mode."""
+    args = operator_main.parse_args(_container(render(chart, VARIANTS[variant]))["args"])
+    assert args.namespace == namespaces  # empty: kopf clusterwide=True
+    assert args.log_level == "INFO"
+
+
+def test_release_name_containing_strom_is_the_full_name(chart):
+    rendered = chart.render(values={}, name="strom", namespace=NAMESPACE)
+    objs = [d for t in rendered.values() for d in yaml.safe_load_all(t) if d]
+    assert one(objs, "Deployment")["metadata"]["name"] == "strom"
+
+
+# ---------------------------------------------------------------------------------------------
+# RBAC: least privilege, one source of truth (the operator's resource table)
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+#: Namespaced and cluster-scoped resources the operator's code reads and writes.
+OPERATOR_NAMESPACED = {(_group(av), plural) for (av, _), (plural, ns) in RESOURCES.items() if ns}
+OPERATOR_CLUSTER = {(_group(av), plural) for (av, _), (plural, ns) in RESOURCES.items() if not ns}
+#: Subresources: status of the CRs, the scale subresource (StromConsumerGroup autoscaling), and
+#: finalizers of the owner (blockOwnerDeletion under OwnerReferencesPermissionEnforcement).
+SUBRESOURCES = {
+    ("strom.dev", "stromclusters/status"),
+    ("strom.dev", "stromtopics/status"),
+    ("strom.dev", "stromconsumergroups/status"),
+    ("strom.dev", "stromclusters/finalizers"),
+    ("apps", "deployments/scale"),
+    ("apps", "statefulsets/scale"),
+}
+#: kopf posts events (either API, by Kubernetes version); cluster-wide it watches namespaces, CRDs.
+KOPF_NAMESPACED = {("", "events"), ("events.k8s.io", "events")}
+KOPF_CLUSTER_WIDE = {("", "namespaces"), ("apiextensions.k8s.io", "customresourcedefinitions")}
+#: The operator binds brokers to the strom-broker-rack ClusterRole (which reads nodes).
+RACK = {("rbac.authorization.k8s.io", "clusterroles")}
+READ = {"get", "list", "watch"}
+WRITE = {"create", "update", "patch", "delete"}
+
+
+def _rules(obj: dict[str, Any]) -> Iterator[tuple[str, str, set[str], list[str] | None]]:
+    for rule in obj["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                yield group, resource, set(rule["verbs"]), rule.get("resourceNames")
+
+
+def _operator_roles(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The roles bound to the operator's ServiceAccount (not the brokers' strom-broker-rack)."""
+    bound = {
+        (b["roleRef"]["kind"], b["metadata"].get("namespace"), b["roleRef"]["name"])
+        for b in objs
+        if b["kind"] in {"RoleBinding", "ClusterRoleBinding"}
+        and b["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+    }
+    return [
+        o
+        for o in objs
+        if (
+            o["kind"],
+            o["metadata"].get("namespace") if o["kind"] == "Role" else None,
+            o["metadata"]["name"],
+        )
+        in bound
+    ]
+
+
+@pytest.mark.parametrize("variant", ["defaults", "namespaced", "namespaced-release-ns"])
+def test_rbac_grants_exactly_what_the_operator_uses(chart, variant):
+    objs = render(chart, VARIANTS[variant])
+    cluster_wide = VARIANTS[variant].get("watch", {}).get("clusterWide", True)
+    roles = _operator_roles(objs)
+    watched = {NAMESPACE} if variant != "namespaced" else {"team-a", "team-b"}
+    assert {r["metadata"]["namespace"] for r in roles if r["kind"] == "Role"} == (
+        set() if cluster_wide else watched
+    )
+    namespaced_needs = OPERATOR_NAMESPACED | SUBRESOURCES | KOPF_NAMESPACED
+    cluster_needs = OPERATOR_CLUSTER | RACK | (KOPF_CLUSTER_WIDE if cluster_wide else set())
+
+    cluster_grants: set[tuple[str, str]] = set()
+    for role in roles:
+        granted = {(g, r) for g, r, _, _ in _rules(role)}
+        if role["kind"] == "Role":
+            assert granted == namespaced_needs, role["metadata"]["namespace"]
+        else:
+            cluster_grants |= granted
+    if cluster_wide:
+        assert cluster_grants == namespaced_needs | cluster_needs
+    else:  # nothing namespaced is granted cluster-wide
+        assert cluster_grants == cluster_needs
+
+    for role in roles:
+        for group, resource, verbs, names in _rules(role):
+            assert "*" not in {group, resource, *verbs}
+            assert verbs <= READ | WRITE | {"bind"}, (resource, verbs)
+            if (group, resource) in KOPF_CLUSTER_WIDE | {("", "nodes")}:
+                assert verbs <= READ, resource
+            if resource == "pods":  # restarts one by one; never creates or edits pods
+                assert verbs == READ | {"delete"}
+            if resource.endswith("/status") or resource.endswith("/scale"):
+                assert verbs <= {"get", "patch", "update"}, resource
+            if resource in {"stromclusters", "stromtopics", "stromconsumergroups"}:
+                assert not verbs & {"create", "delete"}, resource  # users own their CRs
+            if "bind" in verbs:
+                assert (group, resource) in RACK and names == [RACK_CLUSTER_ROLE]
+            else:
+                assert names is None
+
+
+def test_broker_rack_role_only_reads_nodes(chart):
+    objs = render(chart, {})
+    rack = one(objs, "ClusterRole", RACK_CLUSTER_ROLE)
+    assert list(_rules(rack)) == [("", "nodes", {"get"}, None)]
+    assert not [o for o in objs if o.get("roleRef", {}).get("name") == RACK_CLUSTER_ROLE]
+
+
+def test_no_rbac_when_disabled(chart):
+    objs = render(chart, VARIANTS["no-rbac-no-sa"])
+    assert not [o for o in objs if o["apiVersion"].startswith("rbac.authorization.k8s.io/")]
+    # Without a ServiceAccount of its own, the pod runs as the named (pre-existing) one.
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == FULLNAME
+
+
+# ---------------------------------------------------------------------------------------------
+# dashboards and prometheus-operator objects
 
 
 def test_dashboards_are_grafana_json():
     uids = set()
     paths = sorted((CHART / "files" / "grafana-dashboards").glob("*.json"))
-    assert {p.stem for p in paths} == {"cluster-overview", "topics", "consumer-groups", "operator"}
+    assert {p.stem for p in paths} == DASHBOARDS
     for path in paths:
         doc = json.loads(path.read_text())
         assert doc["uid"] not in uids
@@ -78,65 +501,83 @@ def test_dashboards_are_grafana_json():
             assert panel["targets"] and all(t["expr"] for t in panel["targets"])
 
 
-def test_dashboard_configmaps_use_the_sidecar_label():
-    text = (CHART / "templates" / "dashboards.yaml").read_text()
-    assert '.Files.Glob "files/grafana-dashboards/*.json"' in text
-    assert "{{ $.Values.dashboards.label }}: {{ $.Values.dashboards.labelValue | quote }}" in text
+@pytest.mark.parametrize(
+    ("variant", "namespace", "label", "value"),
+    [
+        ("defaults", NAMESPACE, "grafana_dashboard", "1"),
+        ("dashboards-elsewhere", "grafana", "grafana_dashboard_strom", "yes"),
+    ],
+)
+def test_dashboard_configmaps_for_the_grafana_sidecar(chart, variant, namespace, label, value):
+    maps = [o for o in render(chart, VARIANTS[variant]) if o["kind"] == "ConfigMap"]
+    assert len(maps) == len(DASHBOARDS)
+    names = set()
+    for cm in maps:
+        assert cm["metadata"]["namespace"] == namespace
+        assert cm["metadata"]["labels"][label] == value
+        ((key, text),) = cm["data"].items()
+        source = CHART / "files" / "grafana-dashboards" / key
+        assert json.loads(text) == json.loads(source.read_text())
+        names.add(cm["metadata"]["name"])
+    assert names == {f"{FULLNAME}-dashboard-{d}" for d in DASHBOARDS}
+    if variant == "dashboards-elsewhere":
+        assert all(cm["metadata"]["annotations"] == {"grafana_folder": "Strom"} for cm in maps)
 
 
-def test_rbac_least_privilege():
-    text = (CHART / "templates" / "rbac.yaml").read_text()
-    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
-    assert "kind: Role\n" in text and "kind: ClusterRole\n" in text  # both watch modes
-    assert "'*'" not in text + helpers and '"*"' not in text + helpers
-    assert "resourceNames: [strom-broker-rack]" in text and "verbs: [bind]" in text
-    for needed in (
-        "stromclusters/status",
-        "statefulsets",
-        "poddisruptionbudgets",
-        "persistentvolumeclaims",
-        "events",
-    ):
-        assert needed in helpers
+def test_service_monitor_scrapes_the_metrics_service(chart):
+    objs = render(chart, VARIANTS["monitoring"])
+    monitor = one(objs, "ServiceMonitor", FULLNAME)
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    service = one(objs, "Service", f"{FULLNAME}-metrics")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    endpoint = {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    assert monitor["spec"]["endpoints"] == [endpoint]
+    assert {p["name"] for p in service["spec"]["ports"]} == {"metrics"}
+    assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
 
 
-def _rules_with_defaults(tmp_path):
-    v = values()["prometheusRule"]
-    text = (CHART / "files" / "prometheus-rules.yaml").read_text()
-    text = text.replace("__CONSUMER_LAG_THRESHOLD__", str(v["consumerLagThreshold"]))
-    text = text.replace("__DISK_USAGE_THRESHOLD__", str(v["diskUsageThreshold"]))
-    path = tmp_path / "rules.yaml"
-    path.write_text(text)
-    return path
+def _prometheus_rule(chart: helm.Chart, values: dict[str, Any]) -> dict[str, Any]:
+    rule = one(render(chart, values), "PrometheusRule", FULLNAME)
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(rule) == {"apiVersion", "kind", "metadata", "spec"}
+    assert set(rule["spec"]) == {"groups"}
+    return rule
 
 
-def test_alerts_cover_the_issue(tmp_path):
-    rules = yaml.safe_load(_rules_with_defaults(tmp_path).read_text())
-    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+def test_prometheus_rule_alerts_and_thresholds(chart):
+    rule = _prometheus_rule(chart, VARIANTS["monitoring"])
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert all(set(r) <= {"alert", "expr", "for", "labels", "annotations"} for r in rules)
+    by_name = {r["alert"]: r for r in rules}
     assert {
         "StromUnderReplicatedPartitions",
         "StromOfflinePartitions",
         "StromBrokerDown",
         "StromConsumerGroupLag",
         "StromBrokerDiskAlmostFull",
-    } <= alerts
-    assert "__" not in json.dumps(rules)
+    } <= set(by_name)
+    assert "500" in str(by_name["StromConsumerGroupLag"]["expr"])
+    assert "0.9" in str(by_name["StromBrokerDiskAlmostFull"]["expr"])
+    assert "__" not in json.dumps(rule["spec"])
 
 
 @pytest.mark.skipif(
     shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)"
 )
-def test_promtool_check_rules(tmp_path):
-    path = _rules_with_defaults(tmp_path)
+def test_promtool_check_rules(chart, tmp_path):
+    path = tmp_path / "rules.yaml"
+    rule = _prometheus_rule(chart, {"prometheusRule": {"enabled": True}})
+    path.write_text(yaml.safe_dump(rule["spec"]))
     result = subprocess.run(
         ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_chart_crds_are_the_generated_ones():
-    assert sorted(p.name for p in (CHART / "crds").glob("*.yaml")) == [
-        "stromclusters.strom.dev.yaml",
-        "stromconsumergroups.strom.dev.yaml",
-        "stromtopics.strom.dev.yaml",
-    ]
+def test_chart_metadata(chart):
+    meta = chart.metadata
+    assert meta["apiVersion"] == "v2" and meta["name"] == "strom" and meta["type"] == "application"
+    assert re.match(r"^\d+\.\d+\.\d+$", meta["version"])

@@ -20,6 +20,12 @@ app.kubernetes.io/name: strom-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- /* A Service name is a DNS-1035 label (63 at most): room for the suffix even with a 53-character
+release name (Helm's maximum). */}}
+{{- define "strom.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "strom.fullname" . | trunc 55 | trimSuffix "-") -}}
+{{- end -}}
+
 {{- define "strom.serviceAccountName" -}}
 {{- default (include "strom.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}

@@ -364,6 +364,26 @@ def test_operator_parses_the_rendered_args(chart, variant, namespaces):
     assert args.log_level == "INFO"
 
 
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+@pytest.mark.parametrize("release", ["a" * 53, "strom", "x"])  # 53: Helm's longest release name
+def test_object_names_are_valid_and_unique_for_any_release_name(chart, release):
+    """kubernetes-validate does not check names: a Service name over 63 characters, or
+    dashboards whose truncated names collide, would only fail at install time."""
+    helm.validate_release_name(release)
+    rendered = chart.render(values={}, name=release, namespace=NAMESPACE)
+    objs = [d for t in rendered.values() for d in yaml.safe_load_all(t) if d]
+    names = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    assert len(names) == len(set(names)), names
+    for kind, name in names:
+        pattern = DNS_1035_LABEL if kind == "Service" else DNS_1123_SUBDOMAIN
+        assert pattern.match(name), f"{kind} {name!r} ({len(name)} characters)"
+    for obj in objs:
+        assert all(len(v) <= 63 for v in obj["metadata"]["labels"].values())
+
+
 def test_release_name_containing_strom_is_the_full_name(chart):
     rendered = chart.render(values={}, name="strom", namespace=NAMESPACE)
     objs = [d for t in rendered.values() for d in yaml.safe_load_all(t) if d]

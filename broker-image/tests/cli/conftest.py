@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -74,3 +77,37 @@ def broker(tmp_path: Path) -> Iterator[Any]:
         yield LocalBroker(state.bootstrap)
     finally:
         lc.stop_cluster(state, timeout=10)
+
+
+def recorded_pids(data_dir: Path) -> list[int]:
+    """The broker pids a dev cluster recorded in ``DIR/cluster.json`` (none if unreadable)."""
+    try:
+        state = json.loads((data_dir / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [b["pid"] for b in state["brokers"] if b.get("pid")]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, strom: StromRunner) -> Iterator[Path]:
+    """A dev-cluster data dir whose cluster is always stopped: ``dev down``, then SIGKILL any
+    leftover broker."""
+    from strom.cli.localcluster import pid_alive
+
+    path = tmp_path / "dev"
+    seen: set[int] = set()
+    try:
+        yield path
+    finally:
+        seen.update(recorded_pids(path))
+        strom("dev", "down", "--data-dir", str(path), "--timeout", "10")
+        for pid in seen:
+            if pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def dev_pids() -> Callable[[Path], list[int]]:
+    """``dev_pids(data_dir)``: the broker pids a dev cluster recorded."""
+    return recorded_pids

@@ -2,62 +2,27 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from strom.cli.localcluster import pid_alive
+
 pytestmark = pytest.mark.integration
 
 
-def recorded_pids(data_dir: Path) -> list[int]:
-    try:
-        state = json.loads((data_dir / "cluster.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return [b["pid"] for b in state["brokers"] if b.get("pid")]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, strom: Any) -> Iterator[Path]:
-    """A data dir whose cluster is always stopped: ``dev down``, then SIGKILL any leftover."""
-    path = tmp_path / "dev"
-    seen: set[int] = set()
-    try:
-        yield path
-    finally:
-        seen.update(recorded_pids(path))
-        strom("dev", "down", "--data-dir", str(path), "--timeout", "10")
-        for pid in seen:
-            if alive(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-
-def test_up_status_down(strom: Any, data_dir: Path) -> None:
+def test_up_status_down(strom: Any, data_dir: Path, dev_pids: Any) -> None:
     r = strom("dev", "up", "--data-dir", str(data_dir), "--base-port", "0", "-o", "json")
     assert r.returncode == 0, r.stderr
     state = json.loads(r.stdout)
     (broker,) = state["brokers"]
     bootstrap = f"{broker['host']}:{broker['port']}"
     assert broker["host"] == "127.0.0.1"
-    assert alive(broker["pid"])
+    assert pid_alive(broker["pid"])
     assert (data_dir / "cluster.json").exists()
     assert (data_dir / "broker-0" / "broker.log").stat().st_size > 0
     assert (data_dir / "broker-0" / "broker.pid").read_text().strip() == str(broker["pid"])
@@ -82,12 +47,12 @@ def test_up_status_down(strom: Any, data_dir: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert f"Bootstrap: {bootstrap}" in r.stdout
     assert f"export STROM_BOOTSTRAP_SERVERS={bootstrap}" in r.stdout
-    assert recorded_pids(data_dir) == [broker["pid"]]
+    assert dev_pids(data_dir) == [broker["pid"]]
 
     r = strom("dev", "down", "--data-dir", str(data_dir))
     assert r.returncode == 0, r.stderr
     assert "stopped" in r.stdout
-    assert not alive(broker["pid"])
+    assert not pid_alive(broker["pid"])
     assert not (data_dir / "cluster.json").exists()
 
     r = strom("dev", "status", "--data-dir", str(data_dir))
@@ -109,7 +74,7 @@ def test_a_dead_broker_shows_in_status_and_up_restarts_it(strom: Any, data_dir: 
     (broker,) = json.loads(r.stdout)["brokers"]
     os.kill(broker["pid"], signal.SIGKILL)
     for _ in range(100):
-        if not alive(broker["pid"]):
+        if not pid_alive(broker["pid"]):
             break
         import time
 
@@ -121,7 +86,7 @@ def test_a_dead_broker_shows_in_status_and_up_restarts_it(strom: Any, data_dir: 
     r = strom("dev", "up", "--data-dir", str(data_dir), "--base-port", "0", "-o", "json")
     assert r.returncode == 0, r.stderr
     (again,) = json.loads(r.stdout)["brokers"]
-    assert again["pid"] != broker["pid"] and alive(again["pid"])
+    assert again["pid"] != broker["pid"] and pid_alive(again["pid"])
 
 
 def test_a_broker_that_cannot_start_is_reported_with_its_log(strom: Any, data_dir: Path) -> None:

@@ -3,52 +3,15 @@ cluster describe, reassign plan / execute / status --watch, leader elect, dev st
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from strom.cli.localcluster import pid_alive
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def recorded_pids(data_dir: Path) -> list[int]:
-    try:
-        state = json.loads((data_dir / "cluster.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return [b["pid"] for b in state["brokers"] if b.get("pid")]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, strom: Any) -> Iterator[Path]:
-    """A data dir whose cluster is always stopped: ``dev down``, then SIGKILL any leftover."""
-    path = tmp_path / "dev"
-    seen: set[int] = set()
-    try:
-        yield path
-    finally:
-        seen.update(recorded_pids(path))
-        strom("dev", "down", "--data-dir", str(path), "--timeout", "10")
-        for pid in seen:
-            if alive(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
 
 
 def test_three_broker_dev_cluster_and_a_reassignment(strom: Any, data_dir: Path,
@@ -60,7 +23,7 @@ def test_three_broker_dev_cluster_and_a_reassignment(strom: Any, data_dir: Path,
     state = json.loads(r.stdout)
     assert len(state["brokers"]) == 3 and state["voters"] == [0, 1, 2]
     pids = [b["pid"] for b in state["brokers"]]
-    assert all(alive(p) for p in pids)
+    assert all(pid_alive(p) for p in pids)
     env = {"STROM_BOOTSTRAP_SERVERS": ",".join(
         f"{b['host']}:{b['port']}" for b in state["brokers"])}
 
@@ -126,4 +89,4 @@ def test_three_broker_dev_cluster_and_a_reassignment(strom: Any, data_dir: Path,
 
     r = strom("dev", "down", "--data-dir", str(data_dir))
     assert r.returncode == 0, r.stderr
-    assert not any(alive(p) for p in pids)
+    assert not any(pid_alive(p) for p in pids)

@@ -32,7 +32,7 @@ import asyncio
 
 from strom.broker.core import BrokerCore
 from strom.broker.requests import require_topic_names
-from strom.protocol.batch import iter_headers
+from strom.protocol.batch import iter_headers, next_offset_after, whole_batches_within
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2
 
@@ -123,26 +123,9 @@ def read_once(core: BrokerCore, request: broker_pb2.FetchRequest, max_bytes: int
         out.records = records
         total += len(records)
         remaining -= len(records)
-        if next_offset(records) < result.high_watermark:
+        if next_offset_after(records) < result.high_watermark:
             done = True
     return response, total, done
-
-
-def whole_batches_within(records: bytes, limit: int) -> bytes:
-    """The longest prefix of whole batches that fits in ``limit`` bytes (maybe empty)."""
-    end = 0
-    for h in iter_headers(records):
-        if h.position + h.size > limit:
-            break
-        end = h.position + h.size
-    return records[:end]
-
-
-def next_offset(records: bytes) -> int:
-    last = -1
-    for h in iter_headers(records):
-        last = h.next_offset
-    return last
 
 
 def _count_out(core: BrokerCore, response: broker_pb2.FetchResponse) -> None:

@@ -210,3 +210,22 @@ def set_log_append_time(buf: bytearray, position: int, size: int, timestamp_ms: 
     _H.pack_into(buf, position + 21, attributes)
     _Q.pack_into(buf, position + 35, timestamp_ms)
     _UI.pack_into(buf, position + 17, compute_crc(buf, position, size))
+
+
+def whole_batches_within(records: bytes, limit: int) -> bytes:
+    """The longest prefix of whole batches that fits in ``limit`` bytes (maybe empty): fetch
+    answers never cut a batch, for consumers and followers alike."""
+    end = 0
+    for h in iter_headers(records):
+        if h.position + h.size > limit:
+            break
+        end = h.position + h.size
+    return records[:end]
+
+
+def next_offset_after(records: bytes) -> int:
+    """The offset after the last batch in ``records`` (-1 when there is none)."""
+    last = -1
+    for h in iter_headers(records):
+        last = h.next_offset
+    return last

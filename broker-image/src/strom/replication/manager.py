@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
-from strom.protocol.batch import iter_headers
+from strom.protocol.batch import iter_headers, next_offset_after, whole_batches_within
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
 from strom.protocol.v1 import replica_pb2
 from strom.replication import divergence, isr
@@ -445,13 +445,13 @@ class ReplicaManager:
                     self.settings.fetch_max_bytes, max(remaining, 0))
         records = plog.read(p.fetch_offset, max(limit, 1)).records
         if not first and len(records) > limit:
-            records = _whole_batches_within(records, limit)
+            records = whole_batches_within(records, limit)
         if not records:
             return 0, True  # data exists but does not fit this response
         if throttled:
             self._bucket.charge(len(records), time.monotonic())
         out.records = records
-        return len(records), _next_offset(records) < end
+        return len(records), next_offset_after(records) < end
 
     def _record_follower(self, part: Partition, replica: int, fetch_offset: int,
                          leader_end: int, now_ms: int) -> None:
@@ -611,19 +611,3 @@ class ReplicaManager:
             self.truncations += 1
             return 0.0
         return backoff_s(1, self.settings)
-
-
-def _whole_batches_within(records: bytes, limit: int) -> bytes:
-    end = 0
-    for h in iter_headers(records):
-        if h.position + h.size > limit:
-            break
-        end = h.position + h.size
-    return records[:end]
-
-
-def _next_offset(records: bytes) -> int:
-    last = -1
-    for h in iter_headers(records):
-        last = h.next_offset
-    return last

@@ -38,14 +38,19 @@ release name (Helm's maximum). */}}
 {{- end -}}
 {{- end -}}
 
-{{- /* RBAC rules the operator needs inside each watched namespace. */}}
+{{- /*
+RBAC rules the operator needs inside each watched namespace. Neither kopf nor the operator ever
+sends PUT (kopf patches; the operator uses server-side apply, merge patches and the scale
+subresource), so no rule grants `update` except on finalizers, which the API server checks as
+`update` (below). Events are kopf's, through the core API, create only.
+*/}}
 {{- define "strom.namespacedRules" }}
   - apiGroups: ["strom.dev"]
     resources: [stromclusters, stromtopics, stromconsumergroups]
-    verbs: [get, list, watch, patch, update]
+    verbs: [get, list, watch, patch]
   - apiGroups: ["strom.dev"]
     resources: [stromclusters/status, stromtopics/status, stromconsumergroups/status]
-    verbs: [get, patch, update]
+    verbs: [patch]
   # The objects it creates for a cluster carry an ownerReference with blockOwnerDeletion: with the
   # OwnerReferencesPermissionEnforcement admission plugin (OpenShift) that needs this permission.
   - apiGroups: ["strom.dev"]
@@ -53,7 +58,7 @@ release name (Helm's maximum). */}}
     verbs: [update]
   - apiGroups: [""]
     resources: [configmaps, services, serviceaccounts]
-    verbs: [get, list, watch, create, patch, update, delete]
+    verbs: [get, list, watch, create, patch, delete]
   - apiGroups: [""]
     resources: [pods]
     verbs: [get, list, watch, delete]
@@ -62,23 +67,24 @@ release name (Helm's maximum). */}}
     verbs: [get, list, watch, patch]
   - apiGroups: [""]
     resources: [events]
-    verbs: [create, patch]
-  - apiGroups: ["events.k8s.io"]
-    resources: [events]
-    verbs: [create, patch]
+    verbs: [create]
   - apiGroups: ["apps"]
     resources: [statefulsets]
-    verbs: [get, list, watch, create, patch, update, delete]
+    verbs: [get, list, watch, create, patch, delete]
+  # StromConsumerGroup autoscaling reads its target and sets replicas through /scale only.
   - apiGroups: ["apps"]
-    resources: [deployments, deployments/scale, statefulsets/scale]
-    verbs: [get, patch, update]
+    resources: [deployments]
+    verbs: [get]
+  - apiGroups: ["apps"]
+    resources: [deployments/scale, statefulsets/scale]
+    verbs: [patch]
   - apiGroups: ["policy"]
     resources: [poddisruptionbudgets]
-    verbs: [get, list, watch, create, patch, update, delete]
+    verbs: [get, list, watch, create, patch, delete]
   - apiGroups: ["networking.k8s.io"]
     resources: [networkpolicies]
-    verbs: [get, list, watch, create, patch, update, delete]
+    verbs: [get, list, watch, create, patch, delete]
   - apiGroups: ["monitoring.coreos.com"]
     resources: [servicemonitors]
-    verbs: [get, list, watch, create, patch, update, delete]
+    verbs: [get, list, watch, create, patch, delete]
 {{- end }}

@@ -391,60 +391,98 @@ def test_release_name_containing_strom_is_the_full_name(chart):
 
 
 # ---------------------------------------------------------------------------------------------
-# RBAC: least privilege, one source of truth (the operator's resource table)
+# RBAC: least privilege. Which resources: the operator's own table (reconcilers.kube.RESOURCES),
+# plus what kopf needs. Which verbs: the table below, one line per resource saying who uses it.
 
 
 def _group(api_version: str) -> str:
     return api_version.rpartition("/")[0]
 
 
-#: Namespaced and cluster-scoped resources the operator's code reads and writes.
-OPERATOR_NAMESPACED = {(_group(av), plural) for (av, _), (plural, ns) in RESOURCES.items() if ns}
-OPERATOR_CLUSTER = {(_group(av), plural) for (av, _), (plural, ns) in RESOURCES.items() if not ns}
-#: Subresources: status of the CRs, the scale subresource (StromConsumerGroup autoscaling), and
-#: finalizers of the owner (blockOwnerDeletion under OwnerReferencesPermissionEnforcement).
-SUBRESOURCES = {
-    ("strom.dev", "stromclusters/status"),
-    ("strom.dev", "stromtopics/status"),
-    ("strom.dev", "stromconsumergroups/status"),
-    ("strom.dev", "stromclusters/finalizers"),
-    ("apps", "deployments/scale"),
-    ("apps", "statefulsets/scale"),
+RW = frozenset({"get", "list", "watch", "create", "patch", "delete"})
+READ = frozenset({"get", "list", "watch"})
+#: Verbs per (apiGroup, resource) inside each watched namespace. No `update` anywhere but
+#: finalizers: neither kopf nor the operator sends PUT (patches, server-side apply, /scale).
+NAMESPACED_VERBS: dict[tuple[str, str], frozenset[str]] = {
+    # kopf watches and patches (finalizers, progress); reconcilers get clusters, list topics.
+    ("strom.dev", "stromclusters"): READ | {"patch"},
+    ("strom.dev", "stromtopics"): READ | {"patch"},
+    ("strom.dev", "stromconsumergroups"): READ | {"patch"},
+    ("strom.dev", "stromclusters/status"): frozenset({"patch"}),
+    ("strom.dev", "stromtopics/status"): frozenset({"patch"}),
+    ("strom.dev", "stromconsumergroups/status"): frozenset({"patch"}),
+    # blockOwnerDeletion on owner references (OwnerReferencesPermissionEnforcement checks update).
+    ("strom.dev", "stromclusters/finalizers"): frozenset({"update"}),
+    # Applied per cluster (server-side apply: create + patch).
+    ("", "configmaps"): RW,
+    ("", "services"): RW,
+    ("", "serviceaccounts"): RW,
+    ("apps", "statefulsets"): RW,
+    ("policy", "poddisruptionbudgets"): RW,
+    ("networking.k8s.io", "networkpolicies"): RW,
+    ("monitoring.coreos.com", "servicemonitors"): RW,
+    # Rolling restarts delete pods one by one; volumes grow by patching their claims.
+    ("", "pods"): READ | {"delete"},
+    ("", "persistentvolumeclaims"): READ | {"patch"},
+    # kopf's events (core API).
+    ("", "events"): frozenset({"create"}),
+    # StromConsumerGroup autoscaling: read the target, set replicas through /scale only.
+    ("apps", "deployments"): frozenset({"get"}),
+    ("apps", "deployments/scale"): frozenset({"patch"}),
+    ("apps", "statefulsets/scale"): frozenset({"patch"}),
 }
-#: kopf posts events (either API, by Kubernetes version); cluster-wide it watches namespaces, CRDs.
-KOPF_NAMESPACED = {("", "events"), ("events.k8s.io", "events")}
-KOPF_CLUSTER_WIDE = {("", "namespaces"), ("apiextensions.k8s.io", "customresourcedefinitions")}
-#: The operator binds brokers to the strom-broker-rack ClusterRole (which reads nodes).
-RACK = {("rbac.authorization.k8s.io", "clusterroles")}
-READ = {"get", "list", "watch"}
-WRITE = {"create", "update", "patch", "delete"}
+#: Cluster-scoped, in both watch modes.
+CLUSTER_VERBS: dict[tuple[str, str], frozenset[str]] = {
+    ("storage.k8s.io", "storageclasses"): frozenset({"get"}),  # can volumes grow?
+    # Brokers' rack bindings: applied, deleted with their StromCluster.
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): frozenset(
+        {"get", "create", "patch", "delete"}
+    ),
+    ("rbac.authorization.k8s.io", "clusterroles"): frozenset({"bind"}),  # strom-broker-rack only
+}
+#: kopf watching every namespace observes CRDs (it lists namespaces only when it watches some).
+CLUSTER_WIDE_VERBS: dict[tuple[str, str], frozenset[str]] = {
+    ("apiextensions.k8s.io", "customresourcedefinitions"): READ,
+}
 
 
-def _rules(obj: dict[str, Any]) -> Iterator[tuple[str, str, set[str], list[str] | None]]:
+def test_verb_table_covers_exactly_what_the_operator_touches():
+    touched = {(_group(av), plural): ns for (av, _), (plural, ns) in RESOURCES.items()}
+    subresources = {k for k in NAMESPACED_VERBS if "/" in k[1]}
+    assert set(NAMESPACED_VERBS) - subresources == {k for k, ns in touched.items() if ns}
+    assert set(CLUSTER_VERBS) - {("rbac.authorization.k8s.io", "clusterroles")} == {
+        k for k, ns in touched.items() if not ns
+    }
+
+
+def _rules(obj: dict[str, Any]) -> Iterator[tuple[str, str, frozenset[str], list[str] | None]]:
     for rule in obj["rules"]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
-                yield group, resource, set(rule["verbs"]), rule.get("resourceNames")
+                yield group, resource, frozenset(rule["verbs"]), rule.get("resourceNames")
+
+
+def _grants(role: dict[str, Any]) -> dict[tuple[str, str], frozenset[str]]:
+    out: dict[tuple[str, str], frozenset[str]] = {}
+    for group, resource, verbs, _ in _rules(role):
+        out[(group, resource)] = out.get((group, resource), frozenset()) | verbs
+    return out
 
 
 def _operator_roles(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The roles bound to the operator's ServiceAccount (not the brokers' strom-broker-rack)."""
+    subject = [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
     bound = {
         (b["roleRef"]["kind"], b["metadata"].get("namespace"), b["roleRef"]["name"])
         for b in objs
-        if b["kind"] in {"RoleBinding", "ClusterRoleBinding"}
-        and b["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+        if b["kind"] in {"RoleBinding", "ClusterRoleBinding"} and b["subjects"] == subject
     }
-    return [
-        o
-        for o in objs
-        if (
-            o["kind"],
-            o["metadata"].get("namespace") if o["kind"] == "Role" else None,
-            o["metadata"]["name"],
-        )
-        in bound
-    ]
+    return [o for o in objs if (o["kind"], *_scope_and_name(o)) in bound]
+
+
+def _scope_and_name(obj: dict[str, Any]) -> tuple[str | None, str]:
+    namespace = obj["metadata"].get("namespace") if obj["kind"] == "Role" else None
+    return namespace, obj["metadata"]["name"]
 
 
 @pytest.mark.parametrize("variant", ["defaults", "namespaced", "namespaced-release-ns"])
@@ -456,35 +494,23 @@ def test_rbac_grants_exactly_what_the_operator_uses(chart, variant):
     assert {r["metadata"]["namespace"] for r in roles if r["kind"] == "Role"} == (
         set() if cluster_wide else watched
     )
-    namespaced_needs = OPERATOR_NAMESPACED | SUBRESOURCES | KOPF_NAMESPACED
-    cluster_needs = OPERATOR_CLUSTER | RACK | (KOPF_CLUSTER_WIDE if cluster_wide else set())
-
-    cluster_grants: set[tuple[str, str]] = set()
+    cluster_grants: dict[tuple[str, str], frozenset[str]] = {}
     for role in roles:
-        granted = {(g, r) for g, r, _, _ in _rules(role)}
         if role["kind"] == "Role":
-            assert granted == namespaced_needs, role["metadata"]["namespace"]
+            assert _grants(role) == NAMESPACED_VERBS, role["metadata"]["namespace"]
         else:
-            cluster_grants |= granted
+            for key, verbs in _grants(role).items():
+                cluster_grants[key] = cluster_grants.get(key, frozenset()) | verbs
     if cluster_wide:
-        assert cluster_grants == namespaced_needs | cluster_needs
+        assert cluster_grants == NAMESPACED_VERBS | CLUSTER_VERBS | CLUSTER_WIDE_VERBS
     else:  # nothing namespaced is granted cluster-wide
-        assert cluster_grants == cluster_needs
+        assert cluster_grants == CLUSTER_VERBS
 
     for role in roles:
         for group, resource, verbs, names in _rules(role):
             assert "*" not in {group, resource, *verbs}
-            assert verbs <= READ | WRITE | {"bind"}, (resource, verbs)
-            if (group, resource) in KOPF_CLUSTER_WIDE | {("", "nodes")}:
-                assert verbs <= READ, resource
-            if resource == "pods":  # restarts one by one; never creates or edits pods
-                assert verbs == READ | {"delete"}
-            if resource.endswith("/status") or resource.endswith("/scale"):
-                assert verbs <= {"get", "patch", "update"}, resource
-            if resource in {"stromclusters", "stromtopics", "stromconsumergroups"}:
-                assert not verbs & {"create", "delete"}, resource  # users own their CRs
-            if "bind" in verbs:
-                assert (group, resource) in RACK and names == [RACK_CLUSTER_ROLE]
+            if "bind" in verbs:  # bind only the brokers' rack role, nothing else
+                assert resource == "clusterroles" and names == [RACK_CLUSTER_ROLE]
             else:
                 assert names is None
 

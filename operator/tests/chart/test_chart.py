@@ -131,7 +131,7 @@ def test_every_rendered_object_is_valid_kubernetes(chart, variant):
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
         assert meta["labels"]["app.kubernetes.io/instance"] == RELEASE
         if obj["kind"] in MONITORING_KINDS:
-            continue  # test_service_monitor / test_prometheus_rule
+            continue  # checked in test_service_monitor_* and test_prometheus_rule_*
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 

@@ -34,7 +34,7 @@ from strom.broker.core import BrokerCore
 from strom.broker.metadata_rpc import broker_endpoints
 from strom.broker.publisher import THROTTLE_KEY, throttle_of
 from strom.controller import decisions
-from strom.controller.metadata import AlterConfigs, ChangePartition
+from strom.controller.metadata import AlterConfigs, ChangePartition, UnregisterBroker
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import admin_pb2
 from strom.storage.config import TOPIC_CONFIG_DEFS, topic_config_entries
@@ -216,6 +216,7 @@ async def alter_configs(core: BrokerCore, request: admin_pb2.AlterConfigsRequest
 
 async def describe_cluster(core: BrokerCore, request: admin_pb2.DescribeClusterRequest
                            ) -> admin_pb2.DescribeClusterResponse:
+    await core.link.sync()
     metadata = core.metadata
     response = admin_pb2.DescribeClusterResponse(
         cluster_id=metadata.cluster_id, controller_id=metadata.controller_id,
@@ -332,6 +333,21 @@ async def elect_leaders(core: BrokerCore, request: admin_pb2.ElectLeadersRequest
                 _fill_partition(result, err)
             continue
         response.results.add(topic=topic, partition=partition)
+    return response
+
+
+async def unregister_broker(core: BrokerCore, request: admin_pb2.UnregisterBrokerRequest
+                            ) -> admin_pb2.UnregisterBrokerResponse:
+    """Forget a broker removed for good (the metadata log refuses a live or hosting one)."""
+    response = admin_pb2.UnregisterBrokerResponse()
+    try:
+        if request.broker_id not in core.link.image.brokers:
+            raise StromError(ErrorCode.BROKER_NOT_AVAILABLE,
+                             f"broker {request.broker_id} is not registered")
+        await core.link.propose(UnregisterBroker(request.broker_id))
+    except StromError as err:
+        response.error_code = int(err.code)
+        response.error_message = err.message
     return response
 
 

@@ -151,6 +151,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                            ) -> admin_pb2.ElectLeadersResponse:
         return await call(self.core, "ElectLeaders", admin.elect_leaders, request, context)
 
+    async def UnregisterBroker(self, request: admin_pb2.UnregisterBrokerRequest, context: Context
+                               ) -> admin_pb2.UnregisterBrokerResponse:
+        return await call(self.core, "UnregisterBroker", admin.unregister_broker, request,
+                          context)
+
 
 class ReplicaService(replica_pb2_grpc.ReplicaServicer):
     """Follower fetches from other brokers (``strom.v1.Replica``)."""

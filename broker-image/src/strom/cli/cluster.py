@@ -1,5 +1,6 @@
 """``strom cluster describe``: brokers, controller quorum and partition health (kafka-cluster.sh
-plus the under-replicated/offline counts of kafka-topics --describe)."""
+plus the under-replicated/offline counts of kafka-topics --describe); ``strom cluster
+unregister``: forget a broker removed for good (kafka-cluster.sh unregister)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_output_flag(describe)
     add_bootstrap_flag(describe)
     describe.set_defaults(func=cmd_describe)
+    unregister = cmds.add_parser(
+        "unregister", help="forget a broker that was removed for good",
+        description="Remove a stopped broker from the cluster metadata (like kafka-cluster.sh "
+        "unregister). Refused while the broker is alive or still hosts a replica: move its "
+        "replicas away first with 'strom reassign'.")
+    unregister.add_argument("--broker-id", type=int, required=True, metavar="N",
+                            help="the broker to forget")
+    add_bootstrap_flag(unregister)
+    unregister.set_defaults(func=cmd_unregister)
 
 
 def partition_health(topics: Iterable[Any]) -> dict[str, int]:
@@ -83,4 +93,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
         topics = admin.describe_topics(None, include_internal=True)
     data = cluster_to_dict(desc, topics)
     print(render(data, args.output, cluster_table(data)))
+    return 0
+
+
+def cmd_unregister(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        admin.unregister_broker(args.broker_id)
+    print(f"Broker {args.broker_id} unregistered.")
     return 0

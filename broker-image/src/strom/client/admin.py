@@ -84,6 +84,9 @@ class Admin:
     def describe_cluster(self) -> ClusterDescription:
         return self._thread.run(self._aio.describe_cluster())
 
+    def unregister_broker(self, broker_id: int) -> None:
+        self._thread.run(self._aio.unregister_broker(broker_id))
+
     def alter_partition_reassignments(
             self, targets: Mapping[tuple[str, int], Sequence[int] | None],
             throttle_bytes_per_sec: int = 0, validate_only: bool = False, *,

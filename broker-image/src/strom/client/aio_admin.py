@@ -279,6 +279,13 @@ class AsyncAdmin:
         response = await self._call("DescribeCluster", admin_pb2.DescribeClusterRequest())
         return cluster_from_response(response)
 
+    async def unregister_broker(self, broker_id: int) -> None:
+        """Forget a broker that was removed for good (it must be down and host no replica)."""
+        response = await self._call("UnregisterBroker",
+                                    admin_pb2.UnregisterBrokerRequest(broker_id=broker_id))
+        if response.error_code:
+            raise StromError(error_code_from_int(response.error_code), response.error_message)
+
     # --- reassignments and elections (KIP-455, KIP-460) ----------------------------------
     async def alter_partition_reassignments(
             self, targets: Mapping[PartitionKey, Sequence[int] | None],

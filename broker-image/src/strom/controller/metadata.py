@@ -45,6 +45,7 @@ __all__ = [
     "SetClusterId",
     "TopicState",
     "UnfenceBroker",
+    "UnregisterBroker",
     "changes_for_fenced_broker",
     "decode_command",
     "encode_command",
@@ -76,6 +77,14 @@ class RegisterBroker:
 @dataclass(frozen=True, slots=True)
 class FenceBroker:
     TYPE: ClassVar[str] = "FenceBroker"
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBroker:
+    """Forget a broker removed for good; refused while it is unfenced or hosts any replica."""
+
+    TYPE: ClassVar[str] = "UnregisterBroker"
     broker_id: int
 
 
@@ -180,6 +189,7 @@ Command = (
     | AlterConfigs
     | ChangePartition
     | SetClusterId
+    | UnregisterBroker
     | AllocateProducerIds
     | Batch
 )
@@ -195,6 +205,7 @@ _TYPES: dict[str, type[Any]] = {
         AlterConfigs,
         ChangePartition,
         SetClusterId,
+        UnregisterBroker,
         AllocateProducerIds,
         Batch,
     )
@@ -355,6 +366,27 @@ class MetadataImage:
 
     def _apply_FenceBroker(self, offset: int, c: FenceBroker) -> None:
         self._broker(c.broker_id).fenced = True
+
+    def _apply_UnregisterBroker(self, offset: int, c: UnregisterBroker) -> None:
+        b = self._broker(c.broker_id)
+        if not b.fenced:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST,
+                f"broker {c.broker_id} is alive (unfenced); stop it before unregistering it",
+            )
+        hosting = sorted(
+            f"{t.name}-{i}"
+            for t in self.topics.values()
+            for i, p in t.partitions.items()
+            if c.broker_id in p.replicas
+        )
+        if hosting:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST,
+                f"broker {c.broker_id} still hosts {len(hosting)} replicas (e.g. {hosting[0]}); "
+                f"reassign them away first ('strom reassign')",
+            )
+        del self.brokers[c.broker_id]
 
     def _apply_UnfenceBroker(self, offset: int, c: UnfenceBroker) -> None:
         b = self._broker(c.broker_id)

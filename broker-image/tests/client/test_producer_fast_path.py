@@ -72,6 +72,26 @@ def test_fast_path_matches_routed_path(producer: Producer) -> None:
         previous = w
 
 
+def test_keyed_fast_path_matches_routed_path(producer: Producer) -> None:
+    other = Producer("127.0.0.1:1", acks=1, linger_ms=60_000, batch_size=1024,
+                     buffer_memory=1 << 30, retry_backoff_ms=60_000, retry_backoff_max_ms=60_000)
+    try:
+        other._core.metadata.update(_metadata(6), time.monotonic() * 1000)
+        keys = [b"key-%d" % (i % 13) for i in range(300)]
+        fast = [producer.send("t", b"v" * 50, key=k) for k in keys]
+        routed = [other.send("t", b"v" * 50, key=k, headers=[]) for k in keys]
+    finally:
+        other.close(timeout=0)
+    assert [_where(f)[1:] for f in fast] == [_where(f)[1:] for f in routed]
+    by_partition: dict[int, list[int]] = {}
+    for f, k in zip(fast, keys, strict=True):
+        assert f._meta[0].tp.partition == producer._core.partitioner.partition_for_key(k, 6)
+        by_partition.setdefault(f._meta[0].tp.partition, []).append(id(f._meta[0]))
+    assert any(len(set(ids)) > 1 for ids in by_partition.values())  # batches filled and rolled
+    first = fast[0]._meta[0]
+    assert bytes(first.close()).count(b"key-") == len(first.builder)  # keys were encoded
+
+
 def test_fast_path_futures_and_callbacks(producer: Producer) -> None:
     seen: list[int] = []
 

@@ -161,8 +161,9 @@ class ProducerCore:
         self.retry = RetryPolicy(settings.retry_backoff_ms, settings.retry_backoff_max_ms,
                                  settings.retries)
         self.max_record_size = settings.max_request_size - 61 - RECORD_OVERHEAD
-        self._routes: dict[str, list[TopicPartition]] = {}
-        self._routes_version = -1
+        #: topic -> its partitions, valid while ``routes_version == metadata.version``
+        self.routes: dict[str, list[TopicPartition]] = {}
+        self.routes_version = -1
         #: topic -> (the batch its null-key records stick to, metadata version when chosen);
         #: lets ``Producer.send`` append there without routing while that batch stays open.
         #: Written under ``acc.lock`` by ``append_locked``; read by ``send`` before locking.
@@ -199,15 +200,15 @@ class ProducerCore:
     def route(self, topic: str, key: bytes | None, partition: int | None
               ) -> tuple[TopicPartition, bool, int]:
         """(partition to append to, sticky?, partition count); raises NeedMetadata."""
-        if self._routes_version != self.metadata.version:
-            self._routes.clear()
-            self._routes_version = self.metadata.version
-        tps = self._routes.get(topic)
+        if self.routes_version != self.metadata.version:
+            self.routes.clear()
+            self.routes_version = self.metadata.version
+        tps = self.routes.get(topic)
         if tps is None:
             n = self.metadata.partition_count(topic)
             if n is None:
                 raise NeedMetadata(topic)
-            tps = self._routes[topic] = [TopicPartition(topic, p) for p in range(n)]
+            tps = self.routes[topic] = [TopicPartition(topic, p) for p in range(n)]
         n = len(tps)
         if partition is not None:
             if not 0 <= partition < n:
@@ -230,10 +231,10 @@ class ProducerCore:
             index = batch.builder.try_append(key, value, ts, hdrs)
             if index >= 0:
                 if sticky:
-                    self.sticky_open[tp.topic] = (batch, self._routes_version)
+                    self.sticky_open[tp.topic] = (batch, self.routes_version)
                 return batch, index, False, False
             batch.full = True
-        tps = self._routes.get(tp.topic)
+        tps = self.routes.get(tp.topic)
         if sticky and n > 1 and tps is not None and len(tps) == n:
             # KIP-480: a new batch is due, so move null-key records to another partition
             tp = tps[self.partitioner.on_new_batch(tp.topic, n, tp.partition)]
@@ -241,7 +242,7 @@ class ProducerCore:
             if batch is not None:
                 index = batch.builder.try_append(key, value, ts, hdrs)
                 if index >= 0:
-                    self.sticky_open[tp.topic] = (batch, self._routes_version)
+                    self.sticky_open[tp.topic] = (batch, self.routes_version)
                     return batch, index, True, False
                 batch.full = True
         if not reserved and not acc.try_reserve(self.settings.batch_size):
@@ -249,7 +250,7 @@ class ProducerCore:
         batch = acc.new_batch(tp, now_ms(), self.settings.batch_size)
         batch.builder.try_append(key, value, ts, hdrs)
         if sticky:
-            self.sticky_open[tp.topic] = (batch, self._routes_version)
+            self.sticky_open[tp.topic] = (batch, self.routes_version)
         return batch, 0, True, True
 
     def check_size(self, key_size: int, value_size: int) -> None:

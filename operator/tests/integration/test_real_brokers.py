@@ -151,6 +151,14 @@ def test_scale_3_to_5_rebalances_then_5_to_3_drains_first(tmp_path: Path) -> Non
             assert leaders <= {0, 1, 2}
             for b in (3, 4):
                 cluster.stop_broker(b)
+            # Their pods are gone: once fenced, the next reconcile forgets them.
+            cluster.wait_until(
+                lambda: {3, 4} <= set(admin.describe_cluster().fenced_broker_ids) or None,
+                timeout=30, what="brokers 3 and 4 fenced after they stopped")
+            reconcile(3)
+            described = admin.describe_cluster()
+            assert not {3, 4} & set(described.fenced_broker_ids), "removed brokers unregistered"
+            assert sorted(b.broker_id for b in described.brokers) == [0, 1, 2]
             assert _consume(stable) == list(range(RECORDS)), "records lost or duplicated"
     finally:
         cluster.stop()

@@ -102,6 +102,14 @@ class FakeCluster:
         self.calls.append(("clear_throttle",))
         self.throttle = None
 
+    def unregister(self, ref, spec, broker_ids):
+        self._check()
+        self.calls.append(("unregister", list(broker_ids)))
+        for b in broker_ids:
+            self.fenced.discard(b)
+            if b in self.brokers:
+                self.brokers.remove(b)
+
     # -- TopicAdmin -----------------------------------------------------------------------------
 
     def topic(self, ref, spec, name):

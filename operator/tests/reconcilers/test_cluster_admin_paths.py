@@ -121,6 +121,23 @@ def test_scale_in_drains_before_shrinking():
     assert _cond(api, "Scaling")["reason"] == "ShrinkStatefulSet"
     assert _cond(api, "Rebalancing")["reason"] == "Done"
     assert fake.load()[3] == 0 and fake.load()[4] == 0
+    assert not any(c[0] == "unregister" for c in fake.calls), "not while their pods may run"
+
+    fake.fenced |= {3, 4}  # the pods are gone: the controller fenced brokers 3 and 4
+    _run(api, fake, 3)
+    assert ("unregister", [3, 4]) in fake.calls
+    assert sorted(fake.brokers) == [0, 1, 2]
+    _run(api, fake, 3)
+    assert [c for c in fake.calls if c[0] == "unregister"] == [("unregister", [3, 4])]
+
+
+def test_a_fenced_broker_that_holds_data_is_never_unregistered():
+    api = FakeApi()
+    fake = FakeCluster(range(3), _layout(4, 2, range(3)))
+    _run(api, fake, 3)
+    fake.fenced.add(2)  # down, but it still has replicas
+    _run(api, fake, 3)
+    assert not any(c[0] == "unregister" for c in fake.calls)
 
 
 def test_scale_in_below_the_replication_factor_is_refused():

@@ -60,6 +60,8 @@ class ClusterState:
     racks: dict[int, str | None] = dataclasses.field(default_factory=dict)
     topics: tuple[str, ...] = ()  # user topics (internal ones excluded)
     moving: tuple[Moving, ...] = ()
+    fenced: frozenset[int] = frozenset()
+    """Registered brokers the controller has fenced (down, or still catching up)."""
 
     @property
     def percent_done(self) -> float | None:
@@ -133,5 +135,6 @@ def build_state(
         leaders=leaders,
         racks=dict(brokers),
         topics=tuple(sorted(set(topics))),
+        fenced=frozenset(fenced_ids),
         moving=tuple(moving),
     )

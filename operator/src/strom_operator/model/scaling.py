@@ -131,3 +131,12 @@ def progress(
 def throttle_arg(bytes_per_sec: int) -> int:
     """``Admin.alter_partition_reassignments``'s throttle: N > 0 throttles, -1 removes it."""
     return bytes_per_sec if bytes_per_sec > 0 else -1
+
+
+def brokers_to_unregister(fenced: Iterable[int], replicas_per_broker: Mapping[int, int],
+                          desired: int) -> list[int]:
+    """Brokers removed by a finished scale-in that the cluster still lists: ids at or beyond the
+    desired count, fenced (their pods are gone) and holding no replica. Unregistering them
+    (KIP-631's UnregisterBroker) keeps the broker list and the fenced count honest; a broker
+    that still holds data is never forgotten."""
+    return sorted(b for b in fenced if b >= desired and replicas_per_broker.get(b, 0) == 0)

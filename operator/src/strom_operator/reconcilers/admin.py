@@ -70,6 +70,9 @@ class ClusterAdmin(Protocol):
 
     def clear_throttle(self, ref: ClusterRef, spec: StromClusterSpec) -> None: ...
 
+    def unregister(self, ref: ClusterRef, spec: StromClusterSpec,
+                   broker_ids: Sequence[int]) -> None: ...
+
 
 class TopicAdmin(Protocol):
     def topic(self, ref: ClusterRef, spec: StromClusterSpec, name: str) -> TopicView: ...
@@ -146,6 +149,10 @@ class NoAdmin:
         raise AdminError("no Admin API client configured")
 
     def clear_throttle(self, ref: ClusterRef, spec: StromClusterSpec) -> None:
+        raise AdminError("no Admin API client configured")
+
+    def unregister(self, ref: ClusterRef, spec: StromClusterSpec,
+                   broker_ids: Sequence[int]) -> None:
         raise AdminError("no Admin API client configured")
 
 
@@ -291,6 +298,12 @@ class AdminClusterAdmin:
     def clear_throttle(self, ref: ClusterRef, spec: StromClusterSpec) -> None:
         with self._session(ref, spec) as admin:
             admin.set_replication_throttle(None)
+
+    def unregister(self, ref: ClusterRef, spec: StromClusterSpec,
+                   broker_ids: Sequence[int]) -> None:
+        with self._session(ref, spec) as admin:
+            for broker_id in broker_ids:
+                admin.unregister_broker(broker_id)
 
     # -- TopicAdmin -----------------------------------------------------------------------------
 

@@ -255,6 +255,21 @@ class ClusterReconciler:
             self._start_moves(ctx, state, range(desired), "rebalance")
         else:
             ctx.condition(conditions.SCALING, "False", "Steady", decision.message)
+            self._unregister_removed(ctx, state, desired, current)
+
+    def _unregister_removed(self, ctx: Context, state: ClusterState | None, desired: int,
+                            current: int) -> None:
+        """After a scale-in: forget the removed brokers once they are down and empty."""
+        if state is None or current != desired:
+            return
+        gone = scaling.brokers_to_unregister(state.fenced, state.replicas_per_broker, desired)
+        if not gone:
+            return
+        spec = ctx.spec
+        assert spec is not None
+        self._admin_call("scaling", lambda: self.admin.unregister(ctx.ref, spec, gone))
+        message = f"unregistered removed brokers {gone} (stopped, no replicas)"
+        ctx.events.append(Event("Normal", "BrokersUnregistered", message))
 
     def _refuse(self, ctx: Context, current: int, message: str) -> None:
         ctx.statefulset_replicas = current

@@ -146,6 +146,25 @@ def test_config_map_broker_config():
     assert props["cluster.id"] == "3f1c-uid"
     assert "broker.id" not in props  # per pod, from the ordinal
     assert "def broker_id_of" in cm["data"]["broker_init.py"]
+    domain = f"my-cluster-brokers.{REF.namespace}.svc"
+    voters = [f"{i}@my-cluster-broker-{i}.{domain}:9092"
+              for i in range(EXAMPLE.controllers.replicas)]
+    assert props["controller.quorum.voters"] == ",".join(voters)
+
+
+def test_every_pod_gets_a_config_the_broker_accepts():
+    """The init step's output for voters and observers alike loads in the broker."""
+    config = pytest.importorskip("strom.broker.config")
+    cm = by_kind(manifests.desired_objects(REF, EXAMPLE))[("ConfigMap", "my-cluster-config")]
+    template = cm["data"]["server.properties"]
+    voters = EXAMPLE.controllers.replicas
+    for ordinal in range(EXAMPLE.brokers.replicas + 2):  # also pods added by a scale-out
+        text = broker_init.render(template, pod_name=f"my-cluster-broker-{ordinal}",
+                                  headless_domain="my-cluster-brokers.ns.svc", rack="zone-a")
+        loaded = config.BrokerConfig.from_mapping(_properties(text))
+        assert loaded.broker_id == ordinal
+        assert loaded.is_controller == (ordinal < voters)
+        assert sorted(loaded.quorum_voters) == list(range(voters))
 
 
 def test_defaults_follow_cluster_size():

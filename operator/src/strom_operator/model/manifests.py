@@ -150,6 +150,16 @@ def _prop(value: object) -> str:
     return str(value)
 
 
+def quorum_voters(ref: ClusterRef, spec: StromClusterSpec) -> str:
+    """``controller.quorum.voters``: the first ``controllers.replicas`` pods, by their stable DNS
+    names on the headless Service (combined mode: a voter's address is its broker port). Every
+    broker gets the same list; the others follow the metadata log as observers."""
+    names = Names(ref.name)
+    domain = f"{names.headless}.{ref.namespace}.svc"
+    return ",".join(f"{i}@{names.pod(i)}.{domain}:{spec.listeners.port}"
+                    for i in range(spec.controllers.replicas))
+
+
 def broker_config(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, str]:
     """Every shared broker key (per-pod keys are added by the init step)."""
     config: dict[str, str] = {
@@ -159,6 +169,7 @@ def broker_config(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, str]:
         "metrics.port": str(spec.metrics.port),
         "log.dirs": DATA_DIR,
         "log.level": spec.log_level,
+        "controller.quorum.voters": quorum_voters(ref, spec),
     }
     config.update(default_broker_config(spec))
     config.update({k: _prop(v) for k, v in spec.config.items()})

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from strom.client import Producer
+from strom.client import AsyncProducer, Producer
 from strom.client.models import RecordMetadata
 from strom.client.partitioner import DefaultPartitioner
 from strom.client.producer_batch import RecordFuture
@@ -142,3 +142,37 @@ def test_builder_fast_methods_produce_the_same_bytes() -> None:
     assert b.try_append(None, b"x" * 300, 1, []) == -1  # over batch_size: refused
     built = b.build_buffer()
     assert isinstance(built, bytearray) and built == a.build()
+
+
+async def test_async_producer_fast_path_matches_routed_path() -> None:
+    producers = []
+    for _ in range(2):
+        p = AsyncProducer("127.0.0.1:1", acks=1, linger_ms=60_000, batch_size=1024,
+                          buffer_memory=1 << 30, retry_backoff_ms=60_000,
+                          retry_backoff_max_ms=60_000)
+        p._core.metadata.update(_metadata(6), time.monotonic() * 1000)
+        p._core.partitioner = DefaultPartitioner(random.Random(7))
+        await p.start()
+        producers.append(p)
+    fast_p, routed_p = producers
+    try:
+        keys = [None if i % 3 else b"key-%d" % (i % 7) for i in range(300)]
+        fast = [fast_p.send("t", b"v" * 60, key=k) for k in keys]
+        routed = [routed_p.send("t", b"v" * 60, key=k, headers=[]) for k in keys]
+
+        def where(p: AsyncProducer) -> list[tuple[int, int, int]]:
+            out: dict[int, tuple[int, int, int]] = {}
+            batches = {id(b): b for b in p._core.acc.incomplete}
+            for b in batches.values():
+                for index, _ts, _ks, _vs, f in b.async_futures or []:
+                    out[id(f)] = (b.tp.partition, index, len(b.builder))
+            return [out[id(f)] for f in (fast if p is fast_p else routed)]
+
+        assert where(fast_p) == where(routed_p)
+        batch = next(b for b in fast_p._core.acc.incomplete if b.async_futures)
+        batch.complete(base_offset=10)
+        done = [f for f in fast if f.done()]
+        assert done and all(f.result().offset >= 10 for f in done)
+    finally:
+        for p in producers:
+            await p.close(timeout=0)

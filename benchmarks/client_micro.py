@@ -11,12 +11,13 @@ Not a test; run ``uv run python benchmarks/client_micro.py [--records N]``. Prin
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import tempfile
 import time
 from pathlib import Path
 
-from strom.client import Producer, TopicPartition
+from strom.client import AsyncProducer, Producer, TopicPartition
 from strom.client.fetcher import ConsumerCore, ConsumerSettings
 from strom.client.partitioner import murmur2
 from strom.client.positions import CompletedFetch
@@ -31,13 +32,17 @@ def _offline_producer(**kw: object) -> Producer:
     p = Producer("127.0.0.1:1", linger_ms=60_000, batch_size=1 << 20, buffer_memory=1 << 32,
                  max_in_flight_requests_per_connection=1, retry_backoff_ms=1000,
                  **kw)  # type: ignore[arg-type]
-    md = broker_pb2.MetadataResponse(
+    p._core.metadata.update(_metadata(), time.monotonic() * 1000)
+    return p
+
+
+def _metadata() -> broker_pb2.MetadataResponse:
+    """Topic ``t`` with 8 partitions led by broker 1 on a port nobody listens on."""
+    return broker_pb2.MetadataResponse(
         cluster_id="bench", controller_id=1,
         brokers=[common_pb2.BrokerEndpoint(broker_id=1, host="127.0.0.1", port=1)],
         topics=[broker_pb2.TopicMetadata(name="t", partitions=[
             broker_pb2.PartitionMetadata(partition=i, leader=1) for i in range(8)])])
-    p._core.metadata.update(md, time.monotonic() * 1000)
-    return p
 
 
 def bench_send(n: int, value: bytes, keyed: bool, callback: bool) -> float:
@@ -55,6 +60,28 @@ def bench_send(n: int, value: bytes, keyed: bool, callback: bool) -> float:
     elapsed = time.perf_counter() - start
     p.close(timeout=0)
     return elapsed
+
+
+def bench_async_send(n: int, value: bytes) -> float:
+    """``AsyncProducer.send()`` (an asyncio future per record) with injected metadata."""
+
+    async def run() -> float:
+        p = AsyncProducer("127.0.0.1:1", linger_ms=60_000, batch_size=1 << 20,
+                          buffer_memory=1 << 32, retry_backoff_ms=1000, acks=1)
+        p._core.metadata.update(_metadata(), time.monotonic() * 1000)
+        await p.start()
+        send = p.send
+        futures = []
+        start = time.perf_counter()
+        for _ in range(n):
+            futures.append(send("t", value))
+        elapsed = time.perf_counter() - start
+        await p.close(timeout=0)
+        for f in futures:  # failed by the close (no broker): retrieve so asyncio stays quiet
+            f.exception()
+        return elapsed
+
+    return asyncio.run(run())
 
 
 def bench_builder(n: int, value: bytes) -> float:
@@ -159,6 +186,7 @@ def main() -> None:
     row("Producer.send() null key (sticky)", bench_send(n, value, keyed=False, callback=False))
     row("Producer.send() keyed (1024 keys)", bench_send(n, value, keyed=True, callback=False))
     row("Producer.send() + on_delivery", bench_send(n, value, keyed=False, callback=True))
+    row("AsyncProducer.send() null key", bench_async_send(n // 2, value), n // 2)
     big = os.urandom(1024)
     row("Producer.send() null key, 1 KiB value", bench_send(n // 4, big, keyed=False,
                                                             callback=False), n // 4)

@@ -4,12 +4,15 @@ result is the same file a patched copy would have given, valid after reopening."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from strom.protocol.batch import iter_headers, patch_offsets, validate_batches
 from strom.protocol.records import decode_batches
-from strom.storage import LogConfig
+from strom.storage import LogConfig, PartitionLog
 
 
-def test_many_batches_one_request_same_bytes_as_patched_copy(open_log, make_batch):
+def test_many_batches_one_request_same_bytes_as_patched_copy(
+        open_log: Callable[..., PartitionLog], make_batch: Callable[..., bytes]) -> None:
     log = open_log(LogConfig(segment_bytes=64 * 1024, index_interval_bytes=0))
     log.append_as_leader(make_batch(2), leader_epoch=3)
     batches = [make_batch(1 + i % 4, start=i * 10) for i in range(700)]  # 1400 iovecs

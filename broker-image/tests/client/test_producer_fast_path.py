@@ -4,6 +4,7 @@ the metadata changes. Offline: metadata is injected, the bootstrap port has no l
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import itertools
 import random
 import time
@@ -176,3 +177,17 @@ async def test_async_producer_fast_path_matches_routed_path() -> None:
     finally:
         for p in producers:
             await p.close(timeout=0)
+
+
+def test_fast_path_futures_work_with_concurrent_futures(producer: Producer) -> None:
+    futures = [producer.send("t", b"x"), producer.send("t", b"y", key=b"k")]
+    done, pending = cf.wait(futures, timeout=0.01)
+    assert not done and len(pending) == 2
+    called: list[cf.Future[RecordMetadata]] = []
+    futures[0].add_done_callback(called.append)
+    for f in futures:
+        f._meta[0].complete(base_offset=5)
+    done, pending = cf.wait(futures, timeout=1)
+    assert len(done) == 2 and not pending and called == [futures[0]]
+    generic: list[cf.Future[RecordMetadata]] = list(futures)
+    assert sorted(f.result().offset for f in cf.as_completed(generic, timeout=1)) == [5, 5]

@@ -5,6 +5,7 @@ the metadata changes. Offline: metadata is injected, the bootstrap port has no l
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import itertools
 import random
 import time
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from strom.client import AsyncProducer, Producer
-from strom.client.models import RecordMetadata
+from strom.client.models import RecordMetadata, record_metadata
 from strom.client.partitioner import DefaultPartitioner
 from strom.client.producer_batch import RecordFuture
 from strom.protocol.records import BatchBuilder, Compression
@@ -191,3 +192,12 @@ def test_fast_path_futures_work_with_concurrent_futures(producer: Producer) -> N
     assert len(done) == 2 and not pending and called == [futures[0]]
     generic: list[cf.Future[RecordMetadata]] = list(futures)
     assert sorted(f.result().offset for f in cf.as_completed(generic, timeout=1)) == [5, 5]
+
+
+def test_record_metadata_fast_constructor_equals_the_dataclass() -> None:
+    fast = record_metadata("t", 3, 42, 1_700_000_000_000, 0, 100)
+    slow = RecordMetadata("t", 3, 42, 1_700_000_000_000, 0, 100)
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert fast.topic_partition == ("t", 3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.offset = 1  # type: ignore[misc]

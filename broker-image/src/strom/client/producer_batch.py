@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from concurrent.futures._base import FINISHED, PENDING
 from typing import Any
 
-from strom.client.models import RecordMetadata, TopicPartition
+from strom.client.models import RecordMetadata, TopicPartition, record_metadata
 from strom.protocol.records import BatchBuilder
 
 DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
@@ -146,7 +146,7 @@ class ProducerBatch:
                         value_size: int) -> RecordMetadata:
         offset = -1 if self.acks_zero or self.base_offset < 0 else self.base_offset + index
         ts = self.log_append_time if self.log_append_time >= 0 else timestamp
-        return RecordMetadata(self.tp.topic, self.tp.partition, offset, ts, key_size, value_size)
+        return record_metadata(self.tp.topic, self.tp.partition, offset, ts, key_size, value_size)
 
     def add_callback(self, index: int, timestamp: int, key_size: int, value_size: int,
                      callback: DeliveryCallback) -> None:

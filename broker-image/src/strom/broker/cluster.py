@@ -199,9 +199,6 @@ class ClusterLink:
                     if not err.retriable or time.monotonic() >= deadline:
                         raise
         await self.wait_applied(index, max(0.01, deadline - time.monotonic()))
-        errors = [msg for offset, msg in self.image.errors if offset == index]
-        if errors and self.image.offset == index:
-            log.debug("parts of metadata entry %d did not apply: %s", index, errors)
         return index
 
     async def wait_applied(self, offset: int, timeout_s: float = PROPOSE_TIMEOUT_S) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 
 from strom.broker.cluster import ClusterLink
@@ -20,7 +21,7 @@ from strom.broker.coordinator import GroupCoordinator, GroupSettings
 from strom.broker.metadata import ClusterMetadata
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.producer_ids import ProducerIdManager
-from strom.broker.publisher import MetadataPublisher
+from strom.broker.publisher import MetadataPublisher, write_topic_id
 from strom.broker.topics import TopicManager
 from strom.controller.metadata import ChangePartition, Command, CreateTopic, MetadataImage
 from strom.replication.manager import ReplicaManager
@@ -68,9 +69,9 @@ class BrokerCore:
         replicas = ReplicaManager(_replication_settings(config), logs, alter_isr,
                                   metadata.broker_address)
         metrics = BrokerMetrics(config.broker_id, config.cluster_id, _version())
-        publisher = MetadataPublisher(config.broker_id, logs, replicas, config.topic_defaults,
-                                      on_topic_deleted=metrics.forget_topic)
         topics = TopicManager(config, metadata, link.propose)
+        publisher = MetadataPublisher(config.broker_id, logs, replicas, topics.log_config,
+                                      on_topic_deleted=metrics.forget_topic)
         producer_ids = ProducerIdManager(
             config.broker_id, link.propose,
             lambda: link.image.producer_id_blocks.get(config.broker_id))
@@ -116,11 +117,10 @@ class BrokerCore:
         for topic, partitions in sorted(counts.items()):
             log.warning("no cluster metadata found: adopting topic %r (%d partitions) from the "
                         "logs on disk, with default configs", topic, partitions)
-            commands.append(CreateTopic(topic, _new_id(), tuple((me,) for _ in range(partitions))))
+            only_here = tuple((me,) for _ in range(partitions))
+            commands.append(CreateTopic(topic, str(uuid.uuid4()), only_here))
         for command in commands:
             await self.link.propose(command)
-        from strom.broker.publisher import write_topic_id
-
         for (topic, _), plog in self.logs.partitions().items():
             if topic in counts:
                 write_topic_id(plog.directory, self.link.image.topics[topic].topic_id)
@@ -149,12 +149,6 @@ def _replication_settings(config: BrokerConfig) -> ReplicationSettings:
         fetch_max_bytes=int(config.get("replica.fetch.max.bytes")),
         fetch_response_max_bytes=int(config.get("replica.fetch.response.max.bytes")),
     )
-
-
-def _new_id() -> str:
-    import uuid
-
-    return str(uuid.uuid4())
 
 
 def _version() -> str:

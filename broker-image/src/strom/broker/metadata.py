@@ -66,7 +66,10 @@ class ClusterMetadata:
 
     def __init__(self, source: ImageSource) -> None:
         self._source = source
-        self._records: dict[str, tuple[int, TopicRecord]] = {}
+        self._records: dict[str, TopicRecord] = {}
+        self._records_at = -1
+        """The image offset ``_records`` were built at: the image only changes by applying
+        entries, so one offset check per lookup keeps the produce path free of rebuilding."""
 
     @property
     def image(self) -> MetadataImage:
@@ -110,14 +113,16 @@ class ClusterMetadata:
         return None if t is None else self._record(t)
 
     def _record(self, t: TopicState) -> TopicRecord:
-        cached = self._records.get(t.name)
-        key = hash((t.topic_id, len(t.partitions), tuple(sorted(t.configs.items()))))
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        first = t.partitions.get(0)
-        rf = len(first.replicas) - len(first.adding_replicas) if first is not None else 0
-        record = TopicRecord(t.name, t.topic_id, len(t.partitions), rf, dict(t.configs))
-        self._records[t.name] = (key, record)
+        offset = self.image.offset
+        if offset != self._records_at:
+            self._records.clear()
+            self._records_at = offset
+        record = self._records.get(t.name)
+        if record is None:
+            first = t.partitions.get(0)
+            rf = len(first.replicas) - len(first.adding_replicas) if first is not None else 0
+            record = TopicRecord(t.name, t.topic_id, len(t.partitions), rf, dict(t.configs))
+            self._records[t.name] = record
         return record
 
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:

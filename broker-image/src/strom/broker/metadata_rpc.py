@@ -28,6 +28,7 @@ async def handle(core: BrokerCore, request: broker_pb2.MetadataRequest
     response = broker_pb2.MetadataResponse(cluster_id=metadata.cluster_id,
                                            controller_id=metadata.controller_id)
     response.brokers.extend(broker_endpoints(core))
+    live = {b.broker_id for b in metadata.live_brokers()}
     if request.topics:
         for name in request.topics:
             try:
@@ -40,12 +41,12 @@ async def handle(core: BrokerCore, request: broker_pb2.MetadataRequest
                 response.topics.add(name=name, error_code=int(err.code),
                                     error_message=err.message)
                 continue
-            _add_topic(core, response, record)
+            _add_topic(core, response, record, live)
     else:
         for record in sorted(metadata.topics().values(), key=lambda t: t.name):
             if record.internal and not request.include_internal:
                 continue
-            _add_topic(core, response, record)
+            _add_topic(core, response, record, live)
     return response
 
 
@@ -55,15 +56,10 @@ def broker_endpoints(core: BrokerCore) -> list[common_pb2.BrokerEndpoint]:
             for b in core.metadata.live_brokers()]
 
 
-def live_ids(core: BrokerCore) -> set[int]:
-    return {b.broker_id for b in core.metadata.live_brokers()}
-
-
 def _add_topic(core: BrokerCore, response: broker_pb2.MetadataResponse,
-               record: TopicRecord) -> None:
+               record: TopicRecord, live: set[int]) -> None:
     topic = response.topics.add(name=record.name, internal=record.internal,
                                 topic_id=record.topic_id)
-    live = live_ids(core)
     for partition in range(record.partitions):
         state = core.metadata.partition_state(record.name, partition)
         if state is None:

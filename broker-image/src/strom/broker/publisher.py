@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from strom.controller.metadata import MetadataImage, TopicState
 from strom.replication.manager import ReplicaManager
 from strom.replication.state import PartitionView
-from strom.storage.config import LogConfig, parse_topic_configs
+from strom.storage.config import LogConfig
 from strom.storage.manager import LogManager
 
 log = logging.getLogger("strom.broker.publisher")
@@ -69,7 +69,7 @@ class MetadataPublisher:
     """Applies image changes to the replica manager; call :meth:`publish` after each apply."""
 
     def __init__(self, broker_id: int, logs: LogManager, replicas: ReplicaManager,
-                 topic_defaults: LogConfig,
+                 log_config: Callable[[str], LogConfig],
                  on_topic_deleted: Callable[[str], None] | None = None,
                  on_leadership: LeadershipListener | None = None) -> None:
         self.broker_id = broker_id
@@ -79,25 +79,14 @@ class MetadataPublisher:
         unloads ``__consumer_offsets`` partitions on it)."""
         self._logs = logs
         self._replicas = replicas
-        self._defaults = topic_defaults
+        self._log_config = log_config
         self._on_topic_deleted = on_topic_deleted
         self._published: dict[TopicPartition, PartitionView] = {}
         self._published_topic_ids: dict[TopicPartition, str] = {}
         self._applied_config: dict[TopicPartition, LogConfig] = {}
-        self._configs: dict[str, tuple[str, Mapping[str, str], LogConfig]] = {}
         self._ready = False
         self.offset = -1
         """The image offset last published."""
-
-    def log_config(self, topic: str, image: MetadataImage) -> LogConfig:
-        """The effective config of a topic (broker defaults + the topic's overrides), cached."""
-        state = image.topics[topic]
-        cached = self._configs.get(topic)
-        if cached is None or cached[0] != state.topic_id or cached[1] != state.configs:
-            config = parse_topic_configs(state.configs, base=self._defaults)
-            cached = (state.topic_id, dict(state.configs), config)
-            self._configs[topic] = cached
-        return cached[2]
 
     def ready(self, image: MetadataImage) -> None:
         """The broker has caught up: handle logs found on disk, then publish from now on."""
@@ -124,11 +113,9 @@ class MetadataPublisher:
                      "topic deleted" if deleted else "no longer a replica here")
             if deleted and self._on_topic_deleted is not None:
                 self._on_topic_deleted(tp[0])
-        for gone in [t for t in self._configs if t not in image.topics]:
-            del self._configs[gone]
         for tp, view in wanted.items():
             topic = image.topics[tp[0]]
-            config = self.log_config(tp[0], image)
+            config = self._log_config(tp[0])
             old = self._published.get(tp)
             config_changed = old is not None and self._applied_config.get(tp) is not config
             if old == view and not config_changed:

@@ -42,7 +42,7 @@ from strom.protocol.v1 import (
     quorum_pb2_grpc,
     replica_pb2_grpc,
 )
-from strom.shutdown import stop_on_signals
+from strom.shutdown import cancel_and_wait, stop_on_signals
 
 log = logging.getLogger("strom.broker")
 
@@ -127,11 +127,7 @@ class BrokerServer:
             core.metrics.up.set(0)
             with contextlib.suppress(Exception):
                 await core.leave()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         if core is not None:
             core.replicas.waiters.close()

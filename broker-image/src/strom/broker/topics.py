@@ -87,7 +87,7 @@ class TopicManager:
         self._config = config
         self._metadata = metadata
         self._propose = propose
-        self._log_configs: dict[str, tuple[Mapping[str, str], LogConfig]] = {}
+        self._log_configs: dict[str, tuple[TopicRecord, LogConfig]] = {}
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -99,13 +99,18 @@ class TopicManager:
         return record
 
     def log_config(self, name: str) -> LogConfig:
-        """The effective LogConfig of a topic (broker defaults + topic overrides)."""
+        """The effective LogConfig of a topic (broker defaults + topic overrides).
+
+        The one cache of it in the broker (produce checks, the publisher's logs, the group
+        coordinator): parsed again only when the topic's configs change."""
         record = self.topic(name)
         cached = self._log_configs.get(name)
-        if cached is None or cached[0] != record.configs:
-            cached = (record.configs,
-                      parse_topic_configs(record.configs, base=self._config.topic_defaults))
-            self._log_configs[name] = cached
+        if cached is None or cached[0] is not record:
+            if cached is None or cached[0].configs != record.configs:
+                config = parse_topic_configs(record.configs, base=self._config.topic_defaults)
+            else:
+                config = cached[1]
+            cached = self._log_configs[name] = (record, config)
         return cached[1]
 
     def _racks(self) -> dict[int, str | None]:

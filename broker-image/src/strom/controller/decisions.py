@@ -62,6 +62,29 @@ def _first_live_in_isr(image: MetadataImage, replicas: Sequence[int], isr: Seque
     return next((r for r in replicas if r in isr and _live(image, r)), NO_LEADER)
 
 
+def _replica_change(
+    topic: str,
+    partition: int,
+    p: PartitionState,
+    replicas: Sequence[int],
+    isr: Sequence[int],
+    leader: int,
+    adding: Sequence[int] = (),
+    removing: Sequence[int] = (),
+) -> ChangePartition:
+    """A change of the replica set (start, cancel or end of a reassignment), epoch-checked."""
+    return ChangePartition(
+        topic,
+        partition,
+        leader=leader,
+        isr=tuple(isr),
+        replicas=tuple(replicas),
+        adding_replicas=tuple(adding),
+        removing_replicas=tuple(removing),
+        expected_partition_epoch=p.partition_epoch,
+    )
+
+
 def _in_flight(p: PartitionState) -> bool:
     return bool(p.adding_replicas or p.removing_replicas)
 
@@ -111,16 +134,7 @@ def reassignment_start(
             "include one of the in-sync replicas in the target",
         )
     leader = p.leader if p.leader in isr else _first_live_in_isr(image, replicas, isr)
-    return ChangePartition(
-        topic,
-        partition,
-        leader=leader,
-        isr=tuple(isr),
-        replicas=tuple(replicas),
-        adding_replicas=tuple(adding),
-        removing_replicas=tuple(removing),
-        expected_partition_epoch=p.partition_epoch,
-    )
+    return _replica_change(topic, partition, p, replicas, isr, leader, adding, removing)
 
 
 def reassignment_cancel(image: MetadataImage, topic: str, partition: int) -> ChangePartition:
@@ -134,16 +148,7 @@ def reassignment_cancel(image: MetadataImage, topic: str, partition: int) -> Cha
     original = [r for r in p.replicas if r not in p.adding_replicas]
     isr = [r for r in p.isr if r in original]
     leader = p.leader if p.leader in isr else _first_live_in_isr(image, original, isr)
-    return ChangePartition(
-        topic,
-        partition,
-        leader=leader,
-        isr=tuple(isr),
-        replicas=tuple(original),
-        adding_replicas=(),
-        removing_replicas=(),
-        expected_partition_epoch=p.partition_epoch,
-    )
+    return _replica_change(topic, partition, p, original, isr, leader)
 
 
 def reassignment_completions(image: MetadataImage) -> list[ChangePartition]:
@@ -159,18 +164,7 @@ def reassignment_completions(image: MetadataImage) -> list[ChangePartition]:
         leader = p.leader if p.leader in target else _first_live_in_isr(image, target, isr)
         if leader == NO_LEADER and p.leader != NO_LEADER:
             continue  # no live target replica can take over yet: keep the current leader
-        out.append(
-            ChangePartition(
-                name,
-                index,
-                leader=leader,
-                isr=tuple(isr),
-                replicas=tuple(target),
-                adding_replicas=(),
-                removing_replicas=(),
-                expected_partition_epoch=p.partition_epoch,
-            )
-        )
+        out.append(_replica_change(name, index, p, target, isr, leader))
     return out
 
 

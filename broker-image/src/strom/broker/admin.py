@@ -1,9 +1,9 @@
 """Admin: topics, partitions, configs and the cluster description.
 
 Every call answers per resource (partial success is normal, as in Kafka's admin API); the work is
-done by :class:`~strom.broker.topics.TopicManager`, these handlers only translate. Calls that
-change or describe topics first catch up with the metadata the quorum has committed
-(:meth:`ClusterLink.sync`), so a topic created through another broker a moment ago is known here.
+done by :class:`~strom.broker.topics.TopicManager`, these handlers only translate. The service
+runs each of them after a metadata barrier (``AdminService._call``), so a topic created through
+another broker a moment ago is known here.
 
 - CreateTopics: Kafka's name rules, partitions and replication factor (-1 = broker default),
   Kafka-named configs, ``validate_only``; a name given twice in one request fails both entries
@@ -52,7 +52,6 @@ def _fill(result: admin_pb2.TopicResult | admin_pb2.TopicDescription
 
 async def create_topics(core: BrokerCore, request: admin_pb2.CreateTopicsRequest
                         ) -> admin_pb2.CreateTopicsResponse:
-    await core.link.sync()
     response = admin_pb2.CreateTopicsResponse()
     counts = collections.Counter(t.name for t in request.topics)
     for new in request.topics:
@@ -73,7 +72,6 @@ async def create_topics(core: BrokerCore, request: admin_pb2.CreateTopicsRequest
 
 async def delete_topics(core: BrokerCore, request: admin_pb2.DeleteTopicsRequest
                         ) -> admin_pb2.DeleteTopicsResponse:
-    await core.link.sync()
     response = admin_pb2.DeleteTopicsResponse()
     for name in request.names:
         result = response.results.add(name=name)
@@ -87,7 +85,6 @@ async def delete_topics(core: BrokerCore, request: admin_pb2.DeleteTopicsRequest
 
 async def describe_topics(core: BrokerCore, request: admin_pb2.DescribeTopicsRequest
                           ) -> admin_pb2.DescribeTopicsResponse:
-    await core.link.sync()
     response = admin_pb2.DescribeTopicsResponse()
     if request.names:
         names = list(request.names)
@@ -123,7 +120,6 @@ async def describe_topics(core: BrokerCore, request: admin_pb2.DescribeTopicsReq
 
 async def create_partitions(core: BrokerCore, request: admin_pb2.CreatePartitionsRequest
                             ) -> admin_pb2.CreatePartitionsResponse:
-    await core.link.sync()
     response = admin_pb2.CreatePartitionsResponse()
     response.result.name = request.topic
     try:
@@ -189,7 +185,6 @@ def _broker_configs(core: BrokerCore, name: str, result: admin_pb2.ResourceConfi
 
 async def alter_configs(core: BrokerCore, request: admin_pb2.AlterConfigsRequest
                         ) -> admin_pb2.AlterConfigsResponse:
-    await core.link.sync()
     response = admin_pb2.AlterConfigsResponse()
     for resource in request.resources:
         result = response.results.add()
@@ -216,7 +211,6 @@ async def alter_configs(core: BrokerCore, request: admin_pb2.AlterConfigsRequest
 
 async def describe_cluster(core: BrokerCore, request: admin_pb2.DescribeClusterRequest
                            ) -> admin_pb2.DescribeClusterResponse:
-    await core.link.sync()
     metadata = core.metadata
     response = admin_pb2.DescribeClusterResponse(
         cluster_id=metadata.cluster_id, controller_id=metadata.controller_id,
@@ -238,7 +232,6 @@ async def alter_partition_reassignments(
     Each target is validated against this broker's image and proposed as one epoch-checked
     partition change; the throttle is the cluster-wide ``replication.throttled.rate``.
     """
-    await core.link.sync()
     response = admin_pb2.AlterPartitionReassignmentsResponse()
     changes: list[tuple[admin_pb2.PartitionResult, ChangePartition]] = []
     seen: set[tuple[str, int]] = set()
@@ -308,7 +301,6 @@ async def list_partition_reassignments(
 
 async def elect_leaders(core: BrokerCore, request: admin_pb2.ElectLeadersRequest
                         ) -> admin_pb2.ElectLeadersResponse:
-    await core.link.sync()
     if request.election_type not in (0, 1):
         raise StromError(ErrorCode.INVALID_REQUEST,
                          f"election_type={request.election_type} is invalid; use 0 (preferred) "

@@ -104,56 +104,66 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
 
+    async def _call(self, api: str, handler: Callable[[BrokerCore, Req], Awaitable[Resp]],
+                    request: Req, context: Context) -> Resp:
+        """Every admin answer reads after a metadata barrier (:meth:`ClusterLink.sync`): a topic
+        created or changed through another broker a moment ago is known here."""
+        async def synced(core: BrokerCore, req: Req) -> Resp:
+            await core.link.sync()
+            return await handler(core, req)
+
+        return await call(self.core, api, synced, request, context)
+
     async def CreateTopics(self, request: admin_pb2.CreateTopicsRequest, context: Context
                            ) -> admin_pb2.CreateTopicsResponse:
-        return await call(self.core, "CreateTopics", admin.create_topics, request, context)
+        return await self._call("CreateTopics", admin.create_topics, request, context)
 
     async def DeleteTopics(self, request: admin_pb2.DeleteTopicsRequest, context: Context
                            ) -> admin_pb2.DeleteTopicsResponse:
-        return await call(self.core, "DeleteTopics", admin.delete_topics, request, context)
+        return await self._call("DeleteTopics", admin.delete_topics, request, context)
 
     async def DescribeTopics(self, request: admin_pb2.DescribeTopicsRequest, context: Context
                              ) -> admin_pb2.DescribeTopicsResponse:
-        return await call(self.core, "DescribeTopics", admin.describe_topics, request, context)
+        return await self._call("DescribeTopics", admin.describe_topics, request, context)
 
     async def CreatePartitions(self, request: admin_pb2.CreatePartitionsRequest,
                                context: Context) -> admin_pb2.CreatePartitionsResponse:
-        return await call(self.core, "CreatePartitions", admin.create_partitions, request,
+        return await self._call("CreatePartitions", admin.create_partitions, request,
                           context)
 
     async def DescribeConfigs(self, request: admin_pb2.DescribeConfigsRequest, context: Context
                               ) -> admin_pb2.DescribeConfigsResponse:
-        return await call(self.core, "DescribeConfigs", admin.describe_configs, request,
+        return await self._call("DescribeConfigs", admin.describe_configs, request,
                           context)
 
     async def AlterConfigs(self, request: admin_pb2.AlterConfigsRequest, context: Context
                            ) -> admin_pb2.AlterConfigsResponse:
-        return await call(self.core, "AlterConfigs", admin.alter_configs, request, context)
+        return await self._call("AlterConfigs", admin.alter_configs, request, context)
 
     async def DescribeCluster(self, request: admin_pb2.DescribeClusterRequest, context: Context
                               ) -> admin_pb2.DescribeClusterResponse:
-        return await call(self.core, "DescribeCluster", admin.describe_cluster, request,
+        return await self._call("DescribeCluster", admin.describe_cluster, request,
                           context)
 
     async def AlterPartitionReassignments(
             self, request: admin_pb2.AlterPartitionReassignmentsRequest, context: Context
     ) -> admin_pb2.AlterPartitionReassignmentsResponse:
-        return await call(self.core, "AlterPartitionReassignments",
+        return await self._call("AlterPartitionReassignments",
                           admin.alter_partition_reassignments, request, context)
 
     async def ListPartitionReassignments(
             self, request: admin_pb2.ListPartitionReassignmentsRequest, context: Context
     ) -> admin_pb2.ListPartitionReassignmentsResponse:
-        return await call(self.core, "ListPartitionReassignments",
+        return await self._call("ListPartitionReassignments",
                           admin.list_partition_reassignments, request, context)
 
     async def ElectLeaders(self, request: admin_pb2.ElectLeadersRequest, context: Context
                            ) -> admin_pb2.ElectLeadersResponse:
-        return await call(self.core, "ElectLeaders", admin.elect_leaders, request, context)
+        return await self._call("ElectLeaders", admin.elect_leaders, request, context)
 
     async def UnregisterBroker(self, request: admin_pb2.UnregisterBrokerRequest, context: Context
                                ) -> admin_pb2.UnregisterBrokerResponse:
-        return await call(self.core, "UnregisterBroker", admin.unregister_broker, request,
+        return await self._call("UnregisterBroker", admin.unregister_broker, request,
                           context)
 
 

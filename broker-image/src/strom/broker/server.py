@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ import grpc
 from strom.broker.config import BrokerConfig, ConfigError
 from strom.broker.core import BrokerCore
 from strom.broker.health import HealthServer
+from strom.broker.malloc_tuning import tune as tune_malloc
 from strom.broker.service import AdminService, BrokerService, GroupService, ReplicaService
 from strom.protocol.errors import StromError
 from strom.protocol.v1 import (
@@ -190,6 +192,7 @@ def configure_logging(level: str) -> None:
 def run(config: BrokerConfig) -> int:
     """Blocking entry point for ``strom broker start`` and ``python -m strom.broker``."""
     configure_logging(config.log_level)
+    tune_malloc(os.environ)
     try:
         asyncio.run(serve(config))
     except ConfigError as err:

@@ -17,9 +17,10 @@ from typing import Any
 
 import grpc
 
+from strom.protocol import replica_fetch
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.status import to_grpc_status
-from strom.protocol.v1 import replica_pb2, replica_pb2_grpc
+from strom.protocol.v1 import replica_pb2
 from strom.replication.manager import ReplicaManager
 from strom.replication.settings import ReplicationSettings
 from strom.replication.state import PartitionView
@@ -32,13 +33,13 @@ FAST = {"replica_lag_time_max_ms": 600, "fetch_wait_max_ms": 100, "isr_check_int
         "fetch_backoff_ms": 20, "fetch_backoff_max_ms": 200}
 
 
-class _Servicer(replica_pb2_grpc.ReplicaServicer):
+class _Servicer:
     def __init__(self, manager: ReplicaManager) -> None:
         self.manager = manager
 
     async def ReplicaFetch(self, request: replica_pb2.ReplicaFetchRequest,
                            context: grpc.aio.ServicerContext[Any, Any]
-                           ) -> replica_pb2.ReplicaFetchResponse:
+                           ) -> list[replica_fetch.Answer]:
         try:
             return await self.manager.replica_fetch(request)
         except StromError as err:
@@ -117,8 +118,7 @@ class Cluster:
         node.manager = ReplicaManager(node.settings, node.logs, self.alter_isr_for(broker_id),
                                       self.address)
         node.server = grpc.aio.server()
-        replica_pb2_grpc.add_ReplicaServicer_to_server(  # type: ignore[no-untyped-call]
-            _Servicer(node.manager), node.server)
+        replica_fetch.add_to_server(node.server, _Servicer(node.manager).ReplicaFetch)
         node.server.add_insecure_port(f"127.0.0.1:{node.port}")
         await node.server.start()
         await node.manager.start()

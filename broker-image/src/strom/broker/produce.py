@@ -26,6 +26,7 @@ import asyncio
 from strom.broker.core import BrokerCore
 from strom.broker.requests import require_topic_names
 from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.produce_wire import PartitionDataLike, ProduceRequestLike
 from strom.protocol.v1 import broker_pb2
 
 VALID_ACKS = (-1, 0, 1)
@@ -34,8 +35,7 @@ PRODUCE_FORBIDDEN = frozenset({"__consumer_offsets"})
 DEFAULT_TIMEOUT_MS = 30_000
 
 
-async def handle(core: BrokerCore, request: broker_pb2.ProduceRequest
-                 ) -> broker_pb2.ProduceResponse:
+async def handle(core: BrokerCore, request: ProduceRequestLike) -> broker_pb2.ProduceResponse:
     if request.acks not in VALID_ACKS:
         raise StromError(ErrorCode.INVALID_REQUIRED_ACKS,
                          f"acks={request.acks} is invalid; use 0, 1 or -1 (all)")
@@ -57,7 +57,7 @@ async def handle(core: BrokerCore, request: broker_pb2.ProduceRequest
     return response
 
 
-async def _produce_one(core: BrokerCore, data: broker_pb2.PartitionProduceData, acks: int,
+async def _produce_one(core: BrokerCore, data: PartitionDataLike, acks: int,
                        timeout_ms: int, out: broker_pb2.PartitionProduceResponse) -> None:
     metrics = core.metrics
     try:

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from strom.broker.core import BrokerCore
 from strom.protocol.errors import error_code_from_int
+from strom.protocol.replica_fetch import Answer
 from strom.protocol.v1 import replica_pb2
 
 
-async def handle(core: BrokerCore, request: replica_pb2.ReplicaFetchRequest
-                 ) -> replica_pb2.ReplicaFetchResponse:
-    response = await core.replicas.replica_fetch(request)
-    for p in response.partitions:
+async def handle(core: BrokerCore, request: replica_pb2.ReplicaFetchRequest) -> list[Answer]:
+    answers = await core.replicas.replica_fetch(request)
+    for p, _ in answers:
         if p.error_code:
             core.metrics.partition_errors.labels(
                 "ReplicaFetch", error_code_from_int(p.error_code).name).inc()
-    return response
+    return answers

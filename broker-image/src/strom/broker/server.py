@@ -36,13 +36,15 @@ from strom.broker.core import BrokerCore
 from strom.broker.health import HealthServer
 from strom.broker.malloc_tuning import tune as tune_malloc
 from strom.broker.service import AdminService, BrokerService, GroupService, ReplicaService
+from strom.protocol import replica_fetch
 from strom.protocol.errors import StromError
+from strom.protocol.produce_wire import decode_request as decode_produce_request
+from strom.protocol.services import add_service
 from strom.protocol.v1 import (
     admin_pb2_grpc,
-    broker_pb2_grpc,
+    broker_pb2,
     group_pb2_grpc,
     quorum_pb2_grpc,
-    replica_pb2_grpc,
 )
 from strom.shutdown import cancel_and_wait, stop_on_signals
 
@@ -96,12 +98,11 @@ class BrokerServer:
                                   f"{config.metrics_port}: {exc.strerror or exc}") from None
             self.metrics_port = self._health.port
         await asyncio.to_thread(core.load)
-        broker_pb2_grpc.add_BrokerServicer_to_server(  # type: ignore[no-untyped-call]
-            BrokerService(core), self._grpc)
+        add_service(self._grpc, broker_pb2.DESCRIPTOR.services_by_name["Broker"],
+                    BrokerService(core), deserializers={"Produce": decode_produce_request})
         admin_pb2_grpc.add_AdminServicer_to_server(  # type: ignore[no-untyped-call]
             AdminService(core), self._grpc)
-        replica_pb2_grpc.add_ReplicaServicer_to_server(  # type: ignore[no-untyped-call]
-            ReplicaService(core), self._grpc)
+        replica_fetch.add_to_server(self._grpc, ReplicaService(core).ReplicaFetch)
         group_pb2_grpc.add_GroupServicer_to_server(  # type: ignore[no-untyped-call]
             GroupService(core, core.groups), self._grpc)
         quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]

@@ -23,16 +23,16 @@ from strom.broker.coordinator.coordinator import GroupCoordinator
 from strom.broker.core import BrokerCore
 from strom.broker.producer_ids import handle_init_producer_id
 from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.produce_wire import ProduceRequestLike
+from strom.protocol.replica_fetch import Answer
 from strom.protocol.status import to_grpc_status
 from strom.protocol.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     broker_pb2,
-    broker_pb2_grpc,
     group_pb2,
     group_pb2_grpc,
     replica_pb2,
-    replica_pb2_grpc,
 )
 
 log = logging.getLogger(__name__)
@@ -75,11 +75,11 @@ async def _abort(context: Context, err: StromError) -> NoReturn:
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-class BrokerService(broker_pb2_grpc.BrokerServicer):
+class BrokerService:
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
 
-    async def Produce(self, request: broker_pb2.ProduceRequest, context: Context
+    async def Produce(self, request: ProduceRequestLike, context: Context
                       ) -> broker_pb2.ProduceResponse:
         return await call(self.core, "Produce", produce.handle, request, context)
 
@@ -167,14 +167,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                           context)
 
 
-class ReplicaService(replica_pb2_grpc.ReplicaServicer):
-    """Follower fetches from other brokers (``strom.v1.Replica``)."""
+class ReplicaService:
+    """Follower fetches from other brokers (``strom.v1.Replica``), registered with
+    :func:`strom.protocol.replica_fetch.add_to_server` (records framed by hand)."""
 
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
 
     async def ReplicaFetch(self, request: replica_pb2.ReplicaFetchRequest, context: Context
-                           ) -> replica_pb2.ReplicaFetchResponse:
+                           ) -> list[Answer]:
         return await call(self.core, "ReplicaFetch", replica_fetch.handle, request, context)
 
 

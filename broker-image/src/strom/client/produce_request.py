@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-Buffer = bytes | bytearray | memoryview
+from strom.protocol.wire import Buffer, varint
 
 # field tags: (number << 3) | wire type (0 varint, 2 length-delimited)
 _ACKS = b"\x08"
@@ -22,18 +22,6 @@ _PARTITIONS = b"\x1a"
 _TOPIC = b"\x0a"
 _PARTITION = b"\x10"
 _RECORDS = b"\x1a"
-
-
-def varint(value: int) -> bytes:
-    """Protobuf varint of an int32/int64 (negative values take ten bytes, as protobuf does)."""
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _partition_header(topic: bytes, partition: int, records_len: int) -> bytes:

@@ -27,14 +27,18 @@ from typing import Protocol
 
 import grpc
 
+from strom.protocol import replica_fetch
+from strom.protocol.replica_fetch import PartitionAnswer
 from strom.protocol.status import from_rpc_error
-from strom.protocol.v1 import replica_pb2, replica_pb2_grpc
+from strom.protocol.v1 import replica_pb2
 from strom.replication.settings import ReplicationSettings
 from strom.replication.state import BrokerAddress
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+_FetchMethod = grpc.aio.UnaryUnaryMultiCallable[
+    replica_pb2.ReplicaFetchRequest, list[tuple[PartitionAnswer, memoryview]]]
 _IDLE_WAIT_S = 5.0
 _WARN_EVERY_S = 30.0
 
@@ -50,8 +54,9 @@ class FetchTarget(Protocol):
     def fetch_position(self, tp: TopicPartition) -> FetchPosition | None: ...
 
     def on_fetched(self, tp: TopicPartition, leader: int, leader_epoch: int, fetch_offset: int,
-                   answer: replica_pb2.ReplicaFetchPartitionResponse) -> float:
-        """Apply one partition's answer; returns seconds to leave the partition out (0: none)."""
+                   answer: PartitionAnswer, records: memoryview) -> float:
+        """Apply one partition's answer (its records beside it, a view of the response bytes);
+        returns seconds to leave the partition out (0: none)."""
         ...
 
 
@@ -85,7 +90,7 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._channel: grpc.aio.Channel | None = None
-        self._stub: replica_pb2_grpc.ReplicaStub | None = None
+        self._fetch: _FetchMethod | None = None
         self._address: str | None = None
         self._stopping = False
         self._last_warning = 0.0
@@ -134,7 +139,7 @@ class ReplicaFetcher:
         await self._close_channel()
 
     async def _close_channel(self) -> None:
-        channel, self._channel, self._stub, self._address = self._channel, None, None, None
+        channel, self._channel, self._fetch, self._address = self._channel, None, None, None
         if channel is not None:
             await channel.close(None)
 
@@ -164,8 +169,8 @@ class ReplicaFetcher:
             delays = [st.delayed_until - now for st in self._partitions.values()]
             await self._sleep(min(delays, default=_IDLE_WAIT_S))
             return
-        stub = await self._connect()
-        if stub is None:
+        fetch = await self._connect()
+        if fetch is None:
             self.failures += 1
             self._warn(f"the address of leader broker {self.leader} is unknown")
             await self._sleep(backoff_s(self.failures, self._settings))
@@ -177,7 +182,7 @@ class ReplicaFetcher:
             return
         timeout = (self._settings.fetch_wait_max_ms + self._settings.fetch_timeout_ms) / 1000.0
         try:
-            response = await self._call(stub, request, timeout)
+            response = await self._call(fetch, request, timeout)
         except grpc.aio.AioRpcError as exc:
             self.failures += 1
             self._warn(f"ReplicaFetch from broker {self.leader} at {self._address} failed: "
@@ -188,22 +193,21 @@ class ReplicaFetcher:
             return  # interrupted: partitions were added or changed epoch
         self.failures = 0
         done = self._clock()
-        for answer in response.partitions:
+        for answer, records in response:
             tp = (answer.topic, answer.partition)
             state = self._partitions.get(tp)
             if tp not in sent or state is None or state.leader_epoch != sent[tp][0]:
                 continue
             delay = self._target.on_fetched(tp, self.leader, state.leader_epoch, sent[tp][1],
-                                            answer)
+                                            answer, records)
             if delay > 0 and self._partitions.get(tp) is state:
                 state.delayed_until = done + delay
 
-    async def _call(self, stub: replica_pb2_grpc.ReplicaStub,
-                    request: replica_pb2.ReplicaFetchRequest, timeout: float
-                    ) -> replica_pb2.ReplicaFetchResponse | None:
+    async def _call(self, fetch: _FetchMethod, request: replica_pb2.ReplicaFetchRequest,
+                    timeout: float) -> list[tuple[PartitionAnswer, memoryview]] | None:
         """The call's response, or None if :meth:`add` / :meth:`undelay` interrupted the
         long-poll (so a partition that just moved to this leader does not wait it out)."""
-        call = asyncio.ensure_future(stub.ReplicaFetch(request, timeout=timeout))
+        call = asyncio.ensure_future(fetch(request, timeout=timeout))
         changed = asyncio.ensure_future(self._changed.wait())
         try:
             await asyncio.wait((call, changed), return_when=asyncio.FIRST_COMPLETED)
@@ -213,7 +217,7 @@ class ReplicaFetcher:
                 call.cancel()
         if call.cancelled():
             return None
-        response: replica_pb2.ReplicaFetchResponse = call.result()
+        response: list[tuple[PartitionAnswer, memoryview]] = call.result()
         return response
 
     def _request(self, ready: dict[TopicPartition, _PartitionFetch]
@@ -236,11 +240,11 @@ class ReplicaFetcher:
             sent[tp] = (state.leader_epoch, position.fetch_offset)
         return request, sent
 
-    async def _connect(self) -> replica_pb2_grpc.ReplicaStub | None:
+    async def _connect(self) -> _FetchMethod | None:
         address = self._broker_address(self.leader)
         if address is None:
             return None
-        if address != self._address or self._stub is None:
+        if address != self._address or self._fetch is None:
             await self._close_channel()
             size = self._settings.max_message_bytes
             self._channel = grpc.aio.insecure_channel(address, options=[
@@ -250,9 +254,9 @@ class ReplicaFetcher:
                 ("grpc.min_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", self._settings.fetch_backoff_max_ms),
             ])
-            self._stub = replica_pb2_grpc.ReplicaStub(self._channel)  # type: ignore[no-untyped-call]
+            self._fetch = replica_fetch.fetch_method(self._channel)
             self._address = address
-        return self._stub
+        return self._fetch
 
     def _warn(self, message: str) -> None:
         now = self._clock()

@@ -42,6 +42,7 @@ from typing import Any
 
 from strom.protocol.batch import iter_headers, next_offset_after, whole_batches_within
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.replica_fetch import Answer, PartitionAnswer
 from strom.protocol.v1 import replica_pb2
 from strom.replication import divergence, isr
 from strom.replication.fetcher import FetchPosition, ReplicaFetcher, backoff_s
@@ -284,7 +285,7 @@ class ReplicaManager:
                                    f"{view.leader_epoch}; refresh metadata")
         return part
 
-    async def append(self, topic: str, partition: int, records: bytes, acks: int,
+    async def append(self, topic: str, partition: int, records: bytes | memoryview, acks: int,
                      config: LogConfig, timeout_ms: int) -> AppendResult:
         """Append as leader; with acks=-1 also wait until the high watermark passes the batch."""
         tp = (topic, partition)
@@ -354,8 +355,7 @@ class ReplicaManager:
 
     # -- request path: ReplicaFetch (leader side) -------------------------------------------------
 
-    async def replica_fetch(self, request: replica_pb2.ReplicaFetchRequest
-                            ) -> replica_pb2.ReplicaFetchResponse:
+    async def replica_fetch(self, request: replica_pb2.ReplicaFetchRequest) -> list[Answer]:
         """Serve one follower fetch: records up to the log end offset, long-polling while none."""
         if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
             raise StromError(ErrorCode.INVALID_REQUEST,
@@ -371,43 +371,45 @@ class ReplicaManager:
         deadline = loop.time() + request.max_wait_ms / 1000.0
         tps = [(p.topic, p.partition) for p in request.partitions]
         while True:
-            response, total, done = self._replica_read_once(request, max_bytes)
+            answers, total, done = self._replica_read_once(request, max_bytes)
             remaining = deadline - loop.time()
             if done or total >= max(request.min_bytes, 1) or remaining <= 0 or self.waiters.closed:
                 break
             await self.waiters.wait(tps, remaining)
-        return response
+        return answers
 
     def _replica_read_once(self, request: replica_pb2.ReplicaFetchRequest, max_bytes: int
-                           ) -> tuple[replica_pb2.ReplicaFetchResponse, int, bool]:
-        """One pass over the partitions: (response, bytes of records, answer now?)."""
-        response = replica_pb2.ReplicaFetchResponse()
+                           ) -> tuple[list[Answer], int, bool]:
+        """One pass over the partitions: (answers, bytes of records, answer now?)."""
+        answers: list[Answer] = []
         remaining = max_bytes
         total = 0
         done = False
         now_ms = self._clock_ms()
         for p in request.partitions:
-            out = response.partitions.add(topic=p.topic, partition=p.partition, high_watermark=-1,
-                                          log_start_offset=-1, log_end_offset=-1,
-                                          diverging_epoch=-1, diverging_end_offset=-1)
+            out = PartitionAnswer(topic=p.topic, partition=p.partition, high_watermark=-1,
+                                  log_start_offset=-1, log_end_offset=-1, diverging_epoch=-1,
+                                  diverging_end_offset=-1)
             try:
-                sent, now = self._serve_partition(p, request.replica_id, out, remaining,
-                                                  total == 0, now_ms)
+                records, now = self._serve_partition(p, request.replica_id, out, remaining,
+                                                     total == 0, now_ms)
             except StromError as err:
                 out.error_code = int(err.code)
                 out.error_message = err.message
+                answers.append((out, b""))
                 done = True
                 continue
-            total += sent
-            remaining -= sent
+            answers.append((out, records))
+            total += len(records)
+            remaining -= len(records)
             done = done or now
         self.replication_bytes_out += total
-        return response, total, done
+        return answers, total, done
 
     def _serve_partition(self, p: replica_pb2.ReplicaFetchPartition, replica: int,
-                         out: replica_pb2.ReplicaFetchPartitionResponse, remaining: int,
-                         first: bool, now_ms: int) -> tuple[int, bool]:
-        """Fill ``out``: (bytes of records sent, must the follower hear now?)."""
+                         out: PartitionAnswer, remaining: int, first: bool, now_ms: int
+                         ) -> tuple[bytes, bool]:
+        """Fill ``out``: (records to send, must the follower hear now?)."""
         part = self._leader(p.topic, p.partition, p.current_leader_epoch)
         view, plog = part.view, part.log
         if replica not in part.assigned():
@@ -428,7 +430,7 @@ class ReplicaManager:
                              f"{p.topic}-{p.partition}: {exc}; this leader is stale") from None
         if diverging is not None:
             out.diverging_epoch, out.diverging_end_offset = diverging
-            return 0, True
+            return b"", True
         if p.fetch_offset < plog.log_start_offset or p.fetch_offset > end:
             raise StromError(ErrorCode.OFFSET_OUT_OF_RANGE,
                              f"replica fetch offset {p.fetch_offset} of {p.topic}-{p.partition} "
@@ -436,22 +438,21 @@ class ReplicaManager:
         self._record_follower(part, replica, p.fetch_offset, end, now_ms)
         out.high_watermark = plog.high_watermark
         if p.fetch_offset == end:
-            return 0, False
+            return b"", False
         throttled = (replica in view.adding and replica not in view.isr
                      and not self._bucket.unlimited)
         if throttled and not self._bucket.allows(time.monotonic()):
-            return 0, False
+            return b"", False
         limit = min(p.partition_max_bytes or self.settings.fetch_max_bytes,
                     self.settings.fetch_max_bytes, max(remaining, 0))
         records = plog.read(p.fetch_offset, max(limit, 1)).records
         if not first and len(records) > limit:
             records = whole_batches_within(records, limit)
         if not records:
-            return 0, True  # data exists but does not fit this response
+            return b"", True  # data exists but does not fit this response
         if throttled:
             self._bucket.charge(len(records), time.monotonic())
-        out.records = records
-        return len(records), next_offset_after(records) < end
+        return records, next_offset_after(records) < end
 
     def _record_follower(self, part: Partition, replica: int, fetch_offset: int,
                          leader_end: int, now_ms: int) -> None:
@@ -528,7 +529,7 @@ class ReplicaManager:
                              plog.log_start_offset)
 
     def on_fetched(self, tp: TopicPartition, leader: int, leader_epoch: int, fetch_offset: int,
-                   answer: replica_pb2.ReplicaFetchPartitionResponse) -> float:
+                   answer: PartitionAnswer, records: memoryview) -> float:
         part = self._partitions.get(tp)
         if (part is None or part.is_leader or part.view.leader != leader
                 or part.view.leader_epoch != leader_epoch):
@@ -539,7 +540,7 @@ class ReplicaManager:
         code = answer.error_code
         try:
             if code == ErrorCode.NONE:
-                self._apply_fetched(part, answer)
+                self._apply_fetched(part, answer, records)
                 return 0.0
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 return self._out_of_range(part, answer)
@@ -554,7 +555,7 @@ class ReplicaManager:
             return _FOLLOWER_ERROR_DELAY_S  # our view is old: a new one will undelay it
         return backoff_s(2, self.settings)  # the leader may not have applied the view yet
 
-    def _apply_fetched(self, part: Partition, answer: replica_pb2.ReplicaFetchPartitionResponse
+    def _apply_fetched(self, part: Partition, answer: PartitionAnswer, records: memoryview
                        ) -> None:
         plog = part.log
         tp = (part.view.topic, part.view.partition)
@@ -570,7 +571,6 @@ class ReplicaManager:
             plog.truncate_to(target)
             self.truncations += 1
             return
-        records = answer.records
         if records:
             self._append_follower(plog, records)
             self.replication_bytes_in += len(records)
@@ -584,7 +584,7 @@ class ReplicaManager:
         part.fetch_lag = max(answer.log_end_offset - end, 0)
         self.waiters.notify(tp)
 
-    def _append_follower(self, plog: PartitionLog, records: bytes) -> None:
+    def _append_follower(self, plog: PartitionLog, records: memoryview) -> None:
         end = plog.log_end_offset
         first = next(iter_headers(records))
         if first.base_offset < end <= first.last_offset and end == plog.log_start_offset:
@@ -594,7 +594,7 @@ class ReplicaManager:
         plog.append_as_follower(records)
 
     def _out_of_range(self, part: Partition,
-                      answer: replica_pb2.ReplicaFetchPartitionResponse) -> float:
+                      answer: PartitionAnswer) -> float:
         plog = part.log
         tp = (part.view.topic, part.view.partition)
         end = plog.log_end_offset

@@ -195,7 +195,7 @@ class PartitionLog:
 
     # ---- appending -------------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes, leader_epoch: int) -> AppendResult:
+    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int) -> AppendResult:
         """Validate, assign offsets to and append the producer's batches; all or nothing."""
         self._check_open()
         headers = validate_batches(records, max_batch_bytes=self.config.max_message_bytes)
@@ -222,7 +222,7 @@ class PartitionLog:
         now = self._clock()
         append_time = self.config.log_append_time
         offset = self.log_end_offset
-        buf: bytes | bytearray = records
+        buf: bytes | bytearray | memoryview = records
         if append_time:  # attributes, maxTimestamp and the CRC change: patch a copy
             buf = bytearray(records)
             for h in headers:
@@ -244,7 +244,7 @@ class PartitionLog:
             log_append_time_ms=now if append_time else -1,
             max_timestamp=max(h.max_timestamp for h in patched))
 
-    def append_as_follower(self, records: bytes) -> AppendResult:
+    def append_as_follower(self, records: bytes | memoryview) -> AppendResult:
         """Append batches whose offsets and epochs a leader assigned; all or nothing."""
         self._check_open()
         headers = validate_batches(records)
@@ -280,8 +280,8 @@ class PartitionLog:
                 or seg.time_index.full or h.last_offset - seg.base_offset > INT32_MAX
                 or now - seg.created_ms > self.config.segment_ms)
 
-    def _write(self, buf: bytes | bytearray, headers: Sequence[BatchHeader], now: int, *,
-               offsets_from_headers: bool = False) -> None:
+    def _write(self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader],
+               now: int, *, offsets_from_headers: bool = False) -> None:
         i = 0
         while i < len(headers):
             seg = self._segments[-1]

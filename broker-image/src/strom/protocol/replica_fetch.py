@@ -1,0 +1,59 @@
+"""ReplicaFetch on the wire: the ``strom.v1.Replica`` messages, records framed by hand.
+
+The messages are the ones in ``replica.proto``; only the response's record bytes skip protobuf
+(:mod:`strom.protocol.wire`): the leader joins them into the response once, the follower appends
+views of the received bytes. Both ends use :func:`add_to_server` / :func:`fetch_method` instead
+of the generated servicer and stub, which would copy every replicated byte three more times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+
+from strom.protocol import wire
+from strom.protocol.services import add_service
+from strom.protocol.v1 import replica_pb2
+
+SERVICE = "strom.v1.Replica"
+METHOD = f"/{SERVICE}/ReplicaFetch"
+_PARTITIONS = 1  # ReplicaFetchResponse.partitions
+_RECORDS = 8  # ReplicaFetchPartitionResponse.records
+
+PartitionAnswer = replica_pb2.ReplicaFetchPartitionResponse
+Answer = tuple[PartitionAnswer, wire.Buffer]
+"""One partition's answer without its records (``records`` unset), beside the records."""
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def encode_response(answers: Sequence[Answer]) -> bytes:
+    """The ``ReplicaFetchResponse`` bytes of ``answers``."""
+    return wire.encode(replica_pb2.ReplicaFetchResponse(), _PARTITIONS, answers, _RECORDS)
+
+
+def decode_response(data: bytes) -> list[tuple[PartitionAnswer, memoryview]]:
+    """Each partition's answer (without records) beside a view of its records in ``data``."""
+    _, answers = wire.decode(data, replica_pb2.ReplicaFetchResponse, _PARTITIONS,
+                             replica_pb2.ReplicaFetchPartitionResponse, _RECORDS)
+    return answers
+
+
+def add_to_server(server: grpc.aio.Server,
+                  behavior: Callable[[replica_pb2.ReplicaFetchRequest, Context],
+                                     Awaitable[Sequence[Answer]]]) -> None:
+    """Serve ``strom.v1.Replica/ReplicaFetch`` with ``behavior``."""
+    servicer = SimpleNamespace(ReplicaFetch=behavior)
+    add_service(server, replica_pb2.DESCRIPTOR.services_by_name["Replica"], servicer,
+                serializers={"ReplicaFetch": encode_response})
+
+
+def fetch_method(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable[
+        replica_pb2.ReplicaFetchRequest, list[tuple[PartitionAnswer, memoryview]]]:
+    """The follower's ReplicaFetch call on ``channel``."""
+    return channel.unary_unary(
+        METHOD, request_serializer=replica_pb2.ReplicaFetchRequest.SerializeToString,
+        response_deserializer=decode_response)

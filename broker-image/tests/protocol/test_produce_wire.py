@@ -31,7 +31,7 @@ def test_decode_reads_both_encoders(acks: int, timeout_ms: int,
         assert all(isinstance(p.records, memoryview) for p in view.partitions)
 
 
-def test_add_service_rejects_methods_the_service_does_not_have() -> None:
+async def test_add_service_rejects_methods_the_service_does_not_have() -> None:
     server = grpc.aio.server()
     with pytest.raises(ValueError, match="no method"):
         add_service(server, broker_pb2.DESCRIPTOR.services_by_name["Broker"], object(),

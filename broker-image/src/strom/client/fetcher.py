@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from strom.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offs
 from strom.client.positions import EARLIEST, CompletedFetch, SubscriptionState
 from strom.protocol.batch import compute_crc, iter_headers
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
-from strom.protocol.records import Record, decode_batches
+from strom.protocol.records import Record, RecordTaker
 from strom.protocol.v1 import broker_pb2
 
 log = logging.getLogger("strom.client.consumer")
@@ -227,11 +226,11 @@ class ConsumerCore:
             if c.records is None:
                 if self.settings.check_crcs:
                     _check_crcs(c)
-                c.records = decode_batches(c.data, c.tp.topic, c.tp.partition, c.fetch_offset)
+                c.records = RecordTaker(c.data, c.tp.topic, c.tp.partition, c.fetch_offset)
             want = max_records - len(out)
-            # decode only what this poll returns: big prefetched answers never become one huge
-            # list of Records (which would also make the cyclic GC scan them repeatedly)
-            chunk = list(itertools.islice(c.records, want))
+            # decode only what this poll returns (whole batches at a time): big prefetched
+            # answers never become one huge list of Records (which the cyclic GC would rescan)
+            chunk = c.records.take(want)
             exhausted = len(chunk) < want
             with subs.lock:
                 if not subs.advance(c, chunk[-1] if chunk else None, exhausted):

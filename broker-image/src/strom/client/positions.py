@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 from strom.protocol.batch import iter_headers
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.records import Record
+from strom.protocol.records import Record, RecordTaker
 
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -35,7 +34,7 @@ class CompletedFetch:
     data: bytes
     fetch_offset: int   # records below this are dropped (the first batch may start earlier)
     next_offset: int    # the offset after the last whole batch
-    records: Iterator[Record] | None = None  # the decoder, started by the first poll()
+    records: RecordTaker | None = None  # the decoder, started by the first poll()
 
 
 @dataclass(slots=True)

@@ -41,10 +41,13 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
             results.append(Result("strom", "1p-100B", "produce", t.records_per_s, "records/s",
                                   extra={"MB/s": t.mb_per_s}))
             results.append(Result("strom", "1p-100B", "produce MB/s", t.mb_per_s, "MB/s"))
-            _progress("workload 1: consuming")
-            c = sw.consume_all(bs, "w1", 1, n_small)
+            reps = int(params["consume_repeats"])
+            _progress(f"workload 1: consuming (catch-up from offset 0, median of {reps})")
+            runs = [sw.consume_all(bs, "w1", 1, n_small) for _ in range(reps)]
+            c = sw.median_run(runs)
         _memory_rows(results, "strom", "1p-100B", idle_rss, rss.peak)
-        results.append(Result("strom", "1p-100B", "consume", c.records_per_s, "records/s"))
+        results.append(Result("strom", "1p-100B", "consume", c.records_per_s, "records/s",
+                              extra={"runs": [r.records_per_s for r in runs]}))
         results.append(Result("strom", "1p-100B", "consume MB/s", c.mb_per_s, "MB/s"))
         sw.create_topic(bs, "w1lat", 1)
         rate, secs = int(params["latency_rate"]), float(params["latency_seconds"])
@@ -60,9 +63,11 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
         t = sw.produce(bs, "w2", n_large, 1024)
         results.append(Result("strom", "8p-1KiB", "produce", t.records_per_s, "records/s"))
         results.append(Result("strom", "8p-1KiB", "produce MB/s", t.mb_per_s, "MB/s"))
-        _progress("workload 2: consuming")
-        c = sw.consume_all(bs, "w2", 8, n_large)
-        results.append(Result("strom", "8p-1KiB", "consume", c.records_per_s, "records/s"))
+        _progress(f"workload 2: consuming (median of {reps})")
+        runs = [sw.consume_all(bs, "w2", 8, n_large) for _ in range(reps)]
+        c = sw.median_run(runs)
+        results.append(Result("strom", "8p-1KiB", "consume", c.records_per_s, "records/s",
+                              extra={"runs": [r.records_per_s for r in runs]}))
         results.append(Result("strom", "8p-1KiB", "consume MB/s", c.mb_per_s, "MB/s"))
         sw.create_topic(bs, "w2lat", 8)
         _progress(f"workload 2: end-to-end latency at {rate:,} records/s for {secs:.0f} s")
@@ -191,7 +196,7 @@ def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
             # minutes, so it gets a tenth of them (a rate, not a total, is what is compared).
             count = n // 10 if peer is nats_jetstream and n > 50_000 else n
             _progress(f"{peer.NAME}: {label}, {count:,} records")
-            out = peer.run(name, parts, count, size, lat)
+            out = peer.run(name, parts, count, size, lat, int(params["consume_repeats"]))
             for metric in ("produce", "consume"):
                 results.append(Result(peer.NAME, label, metric, float(out[metric]), "records/s"))
                 results.append(Result(peer.NAME, label, f"{metric} MB/s",
@@ -214,12 +219,12 @@ PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
               "latency_seconds": 2, "big_log_bytes": 20_000_000,
               "partition_counts": (1, 100, 1000), "records_partitions": 5_000,
-              "records_replicated": 5_000, "failovers": 1,
+              "records_replicated": 5_000, "failovers": 1, "consume_repeats": 1,
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2},
     "full": {"records_100b": 1_000_000, "records_1k": 300_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
-             "records_replicated": 300_000, "failovers": 10,
+             "records_replicated": 300_000, "failovers": 10, "consume_repeats": 3,
              "group_sizes": (1, 10, 50), "group_rebalance_repeats": 3,
              "group_records": 500_000, "group_members": 4},
 }

@@ -35,6 +35,12 @@ class Throughput:
         return self.bytes / self.seconds / 1e6 if self.seconds else 0.0
 
 
+def median_run(runs: list[Throughput]) -> Throughput:
+    """The run with the median rate (the lower middle one of an even count)."""
+    ordered = sorted(runs, key=lambda t: t.records_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int = 1,
                  configs: dict[str, str] | None = None) -> None:
     admin = Admin(bootstrap)

@@ -43,7 +43,7 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
             results.append(Result("strom", "1p-100B", "produce MB/s", t.mb_per_s, "MB/s"))
             reps = int(params["consume_repeats"])
             _progress(f"workload 1: consuming (catch-up from offset 0, median of {reps})")
-            runs = [sw.consume_all(bs, "w1", 1, n_small) for _ in range(reps)]
+            runs = [sw.consume_all(bs, "w1", 1, n_small, 100) for _ in range(reps)]
             c = sw.median_run(runs)
         _memory_rows(results, "strom", "1p-100B", idle_rss, rss.peak)
         results.append(Result("strom", "1p-100B", "consume", c.records_per_s, "records/s",
@@ -64,7 +64,7 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
         results.append(Result("strom", "8p-1KiB", "produce", t.records_per_s, "records/s"))
         results.append(Result("strom", "8p-1KiB", "produce MB/s", t.mb_per_s, "MB/s"))
         _progress(f"workload 2: consuming (median of {reps})")
-        runs = [sw.consume_all(bs, "w2", 8, n_large) for _ in range(reps)]
+        runs = [sw.consume_all(bs, "w2", 8, n_large, 1024) for _ in range(reps)]
         c = sw.median_run(runs)
         results.append(Result("strom", "8p-1KiB", "consume", c.records_per_s, "records/s",
                               extra={"runs": [r.records_per_s for r in runs]}))
@@ -90,7 +90,7 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
                                   peers=["strom (empty log)"] if topic == "big" else [],
                                   extra={"log_bytes_before": big if topic == "big" else 0}))
         for topic, label in (("empty", "strom (empty log)"), ("big", "strom (big log)")):
-            c = sw.consume_all(bs, topic, 1, n, tail=True)
+            c = sw.consume_all(bs, topic, 1, n, 100, tail=True)
             results.append(Result(label, "growth", "consume tail", c.records_per_s, "records/s",
                                   peers=["strom (empty log)"] if topic == "big" else []))
 

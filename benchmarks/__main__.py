@@ -12,6 +12,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def run_strom(params: dict[str, int | float], results: list[Result]) -> None:
             results.append(Result("strom", "1p-100B", "produce", t.records_per_s, "records/s",
                                   extra={"MB/s": t.mb_per_s}))
             results.append(Result("strom", "1p-100B", "produce MB/s", t.mb_per_s, "MB/s"))
-            reps = int(params["consume_repeats"])
+            reps = int(params["repeats"])
             _progress(f"workload 1: consuming (catch-up from offset 0, median of {reps})")
             runs = [sw.consume_all(bs, "w1", 1, n_small, 100) for _ in range(reps)]
             c = sw.median_run(runs)
@@ -145,7 +146,8 @@ def run_strom_replicated(params: dict[str, int | float], results: list[Result]) 
     from strom.testing import running_cluster
 
     n_small = int(params["records_replicated"])
-    n_large = max(1, n_small // 4)
+    n_large = int(params["records_1k"])
+    reps = int(params["repeats"])
     base = "strom RF=1 acks=1 (3 brokers)"
     with tempfile.TemporaryDirectory(prefix="strom-bench-rf3-") as tmp, \
             running_cluster(Path(tmp), brokers=3,
@@ -157,14 +159,21 @@ def run_strom_replicated(params: dict[str, int | float], results: list[Result]) 
             sw.create_topic(bs, f"rf3-{label}", parts, 3, {"min.insync.replicas": "2"})
             for p in range(parts):
                 cluster.wait_for_isr(f"rf3-{label}", p, 3, timeout=30)
-            _progress(f"replication: {label}, {n:,} records with RF=1 acks=1 and RF=3 acks=all")
-            t1 = sw.produce(bs, f"rf1-{label}", n, size, acks=1)
-            t3 = sw.produce(bs, f"rf3-{label}", n, size, acks="all")
+            _progress(f"replication: {label}, {n:,} records with RF=1 acks=1 and RF=3 acks=all, "
+                      f"alternating, median of {reps}")
+            runs1: list[sw.Throughput] = []
+            runs3: list[sw.Throughput] = []
+            for _ in range(reps):
+                runs1.append(sw.produce(bs, f"rf1-{label}", n, size, acks=1))
+                runs3.append(sw.produce(bs, f"rf3-{label}", n, size, acks="all"))
+            t1, t3 = sw.median_run(runs1), sw.median_run(runs3)
             results.append(Result(base, f"replication {label}", "produce", t1.records_per_s,
-                                  "records/s", extra={"MB/s": t1.mb_per_s}))
+                                  "records/s", extra={"MB/s": t1.mb_per_s,
+                                                      "runs": [r.records_per_s for r in runs1]}))
             results.append(Result("strom RF=3 acks=all", f"replication {label}", "produce",
                                   t3.records_per_s, "records/s", peers=[base],
-                                  extra={"MB/s": t3.mb_per_s}))
+                                  extra={"MB/s": t3.mb_per_s,
+                                         "runs": [r.records_per_s for r in runs3]}))
         times = sw.failover_times(cluster, int(params["failovers"]), _progress)
         for q in (50, 99):
             results.append(Result("strom RF=3 acks=all", "failover", f"kill -9 to write p{q}",
@@ -196,7 +205,7 @@ def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
             # minutes, so it gets a tenth of them (a rate, not a total, is what is compared).
             count = n // 10 if peer is nats_jetstream and n > 50_000 else n
             _progress(f"{peer.NAME}: {label}, {count:,} records")
-            out = peer.run(name, parts, count, size, lat, int(params["consume_repeats"]))
+            out = peer.run(name, parts, count, size, lat, int(params["repeats"]))
             for metric in ("produce", "consume"):
                 results.append(Result(peer.NAME, label, metric, float(out[metric]), "records/s"))
                 results.append(Result(peer.NAME, label, f"{metric} MB/s",
@@ -219,15 +228,23 @@ PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
               "latency_seconds": 2, "big_log_bytes": 20_000_000,
               "partition_counts": (1, 100, 1000), "records_partitions": 5_000,
-              "records_replicated": 5_000, "failovers": 1, "consume_repeats": 1,
+              "records_replicated": 5_000, "failovers": 1, "repeats": 1,
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2},
     "full": {"records_100b": 1_000_000, "records_1k": 300_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
-             "records_replicated": 300_000, "failovers": 10, "consume_repeats": 3,
+             "records_replicated": 300_000, "failovers": 10, "repeats": 3,
              "group_sizes": (1, 10, 50), "group_rebalance_repeats": 3,
              "group_records": 500_000, "group_members": 4},
 }
+
+
+SECTIONS: dict[str, Callable[[dict[str, Any], list[Result]], None]] = {
+    "single": run_strom, "partitions": run_strom_partitions,
+    "replication": run_strom_replicated, "groups": run_groups, "peers": run_peers,
+}
+"""Sections of a run, in order; ``--only`` picks some (the peers' rows only get ratios when
+``peers`` runs too)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,20 +253,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="seconds-long run (what CI runs)")
     parser.add_argument("--no-peers", action="store_true", help="measure Strom alone")
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON results")
+    parser.add_argument("--only", choices=sorted(SECTIONS), action="append", default=None,
+                        metavar="SECTION",
+                        help=f"run only these sections (repeatable; {', '.join(SECTIONS)}); "
+                             f"the JSON is then strom-<profile>-<sections>-*.json, so the full "
+                             f"run's -latest file is left alone")
     args = parser.parse_args(argv)
     profile = "smoke" if args.smoke else "full"
     params = PROFILES[profile]
     results: list[Result] = []
-    run_strom(params, results)
-    run_strom_partitions(params, results)
-    run_strom_replicated(params, results)
-    run_groups(params, results)
-    if not args.no_peers:
-        run_peers(params, results)
+    sections = args.only or list(SECTIONS)
+    for name in sections:
+        if name == "peers" and args.no_peers:
+            continue
+        SECTIONS[name](params, results)
     attach_ratios(results)
     print(format_table(results))
     kwargs = {"out_dir": args.out} if args.out else {}
-    path = write_json(f"strom-{profile}", results, {"profile": profile, **params}, **kwargs)
+    name = f"strom-{profile}" if args.only is None else f"strom-{profile}-{'-'.join(sections)}"
+    path = write_json(name, results, {"profile": profile, "sections": sections, **params},
+                      **kwargs)
     print(f"\nwrote {path}", file=sys.stderr)
     return 0
 

@@ -155,17 +155,23 @@ def run_strom_replicated(params: dict[str, int | float], results: list[Result]) 
         bs = cluster.bootstrap
         for label, parts, n, size in (("1p-100B", 1, n_small, 100),
                                       ("8p-1KiB", 8, n_large, 1024)):
-            sw.create_topic(bs, f"rf1-{label}", parts, 1)
-            sw.create_topic(bs, f"rf3-{label}", parts, 3, {"min.insync.replicas": "2"})
-            for p in range(parts):
-                cluster.wait_for_isr(f"rf3-{label}", p, 3, timeout=30)
             _progress(f"replication: {label}, {n:,} records with RF=1 acks=1 and RF=3 acks=all, "
                       f"alternating, median of {reps}")
             runs1: list[sw.Throughput] = []
             runs3: list[sw.Throughput] = []
-            for _ in range(reps):
-                runs1.append(sw.produce(bs, f"rf1-{label}", n, size, acks=1))
-                runs3.append(sw.produce(bs, f"rf3-{label}", n, size, acks="all"))
+            for k in range(reps):
+                # Fresh topics per run, deleted after it: each run writes into page cache that
+                # earlier runs gave back, as on a long-running machine. Otherwise every later
+                # run (RF=3 three times as much) pays this VM's first touch of new memory
+                # (benchmarks/README.md, "Replication").
+                rf1, rf3 = f"rf1-{label}-{k}", f"rf3-{label}-{k}"
+                sw.create_topic(bs, rf1, parts, 1)
+                sw.create_topic(bs, rf3, parts, 3, {"min.insync.replicas": "2"})
+                for p in range(parts):
+                    cluster.wait_for_isr(rf3, p, 3, timeout=30)
+                runs1.append(sw.produce(bs, rf1, n, size, acks=1))
+                runs3.append(sw.produce(bs, rf3, n, size, acks="all"))
+                sw.delete_topics(bs, [rf1, rf3], Path(tmp))
             t1, t3 = sw.median_run(runs1), sw.median_run(runs3)
             results.append(Result(base, f"replication {label}", "produce", t1.records_per_s,
                                   "records/s", extra={"MB/s": t1.mb_per_s,

@@ -13,6 +13,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from strom.client import Admin, Consumer, Producer, TopicPartition
@@ -49,6 +50,23 @@ def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor
                            configs=configs or {})
     finally:
         admin.close()
+
+
+def delete_topics(bootstrap: str, topics: list[str], data_root: Path,
+                  timeout_s: float = 30.0) -> None:
+    """Delete ``topics`` and wait until no broker under ``data_root`` has their logs (so their
+    page cache is free again before the next run)."""
+    admin = Admin(bootstrap)
+    try:
+        admin.delete_topics(topics)
+    finally:
+        admin.close()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(next(data_root.rglob(f"{t}-[0-9]*"), None) for t in topics):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"logs of {topics} still on disk {timeout_s:.0f}s after deletion")
 
 
 def produce(bootstrap: str, topic: str, records: int, value_size: int, *, acks: int | str = 1,

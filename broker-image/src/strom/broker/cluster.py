@@ -193,6 +193,7 @@ class ClusterLink:
                 await asyncio.sleep(0.02)
             else:
                 left = deadline - time.monotonic()
+                self.client.prefer(self.driver.leader_id)
                 try:
                     index = await self.client.propose(data, max(0.01, min(left, 3.0)))
                 except StromError as err:
@@ -316,6 +317,7 @@ class ClusterLink:
         if self.active is not None and self.driver.node.is_leader:
             return await self.active.heartbeat(self.broker_id, self.incarnation_id,
                                                self.broker_epoch, offset, want_shutdown)
+        self.client.prefer(self.driver.leader_id)  # our quorum member knows the leader first
         reply = await self.client.heartbeat(self.broker_id, self.incarnation_id,
                                             self.broker_epoch, offset, want_shutdown,
                                             timeout_s=2.0)

@@ -40,6 +40,15 @@ class QuorumClient:
         self._stubs: dict[int, Any] = {}
         self.leader: int | None = None
         """The leader this client last learned of."""
+        self._cursor = min(self._voters)
+        """Where to start when no leader is known: the voter after the last one that failed,
+        so an unreachable voter is not asked first again and again."""
+
+    def prefer(self, leader: int | None) -> None:
+        """Use ``leader`` (e.g. the Raft leader this broker's own quorum member follows) for the
+        next call: fresher than what the client last learned from a reply."""
+        if leader is not None and leader in self._voters:
+            self.leader = leader
 
     def _stub(self, node: int) -> Any:
         stub = self._stubs.get(node)
@@ -85,31 +94,36 @@ class QuorumClient:
             want_shutdown=want_shutdown,
         )
         reply: quorum_pb2.BrokerHeartbeatResponse = await self._leader_call(
-            lambda stub, left: stub.BrokerHeartbeat(request, timeout=left), timeout_s
+            lambda stub, left: stub.BrokerHeartbeat(request, timeout=left), timeout_s,
+            attempt_s=max(timeout_s / 2, 0.1),
         )
         return reply
 
     async def _leader_call(
-        self, call: Callable[[Any, float], Awaitable[Any]], timeout_s: float
+        self, call: Callable[[Any, float], Awaitable[Any]], timeout_s: float,
+        attempt_s: float | None = None,
     ) -> Any:
         """``call(stub, seconds_left)`` on the leader: follows NOT_CONTROLLER hints, tries the
-        next voter when one is unreachable, retries retriable errors until the deadline."""
+        next voter when one is unreachable, retries retriable errors until the deadline.
+        ``attempt_s`` bounds one attempt, so a voter that accepts connections but does not answer
+        (a stopped process) does not use up the whole deadline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        target = self.leader if self.leader is not None else min(self._voters)
+        target = self.leader if self.leader is not None else self._cursor
         last = StromError(ErrorCode.NOT_CONTROLLER, "no controller answered")
         while True:
             left = deadline - loop.time()
             if left <= 0:
                 raise last
             try:
-                r = await call(self._stub(target), left)
+                r = await call(self._stub(target), left if attempt_s is None
+                               else min(left, attempt_s))
             except grpc.aio.AioRpcError as exc:
                 last = StromError(
                     ErrorCode.NETWORK_EXCEPTION, f"controller {target} unreachable: {exc.code()}"
                 )
                 self.leader = None
-                target = self._next(target)
+                target = self._cursor = self._next(target)
                 await asyncio.sleep(self._backoff_s)
                 continue
             if not r.HasField("error"):
@@ -122,7 +136,7 @@ class QuorumClient:
                 target = self.leader = r.leader_hint
             else:
                 self.leader = None
-                target = self._next(target)
+                target = self._cursor = self._next(target)
                 await asyncio.sleep(self._backoff_s)
 
     async def describe_quorum(

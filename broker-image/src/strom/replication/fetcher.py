@@ -215,8 +215,8 @@ class ReplicaFetcher:
             changed.cancel()
             if not call.done():
                 call.cancel()
-        if call.cancelled():
-            return None
+        if not call.done() or call.cancelled():
+            return None  # interrupted: cancel() only *requests* it, the task is not done yet
         response: list[tuple[PartitionAnswer, memoryview]] = call.result()
         return response
 

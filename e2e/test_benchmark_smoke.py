@@ -43,3 +43,18 @@ def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
     for r in doc["results"]:
         if r["system"] == "strom" and peers:
             assert set(r["ratios"]) == peers, "every Strom row carries a ratio to each peer"
+
+
+def test_only_runs_the_named_sections_and_keeps_the_full_latest_file(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "partitions", "--out",
+         str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(tmp_path.glob("strom-smoke-latest.json"))
+    [latest] = tmp_path.glob("strom-smoke-partitions-latest.json")
+    doc = json.loads(latest.read_text())
+    assert {r["workload"] for r in doc["results"]} == {"partitions"}
+    assert doc["params"]["sections"] == ["partitions"]
+

@@ -146,7 +146,7 @@ def run_strom_replicated(params: dict[str, int | float], results: list[Result]) 
     from strom.testing import running_cluster
 
     n_small = int(params["records_replicated"])
-    n_large = int(params["records_1k"])
+    n_large = int(params["records_replicated_1k"])
     reps = int(params["repeats"])
     base = "strom RF=1 acks=1 (3 brokers)"
     with tempfile.TemporaryDirectory(prefix="strom-bench-rf3-") as tmp, \
@@ -234,12 +234,14 @@ PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
               "latency_seconds": 2, "big_log_bytes": 20_000_000,
               "partition_counts": (1, 100, 1000), "records_partitions": 5_000,
-              "records_replicated": 5_000, "failovers": 1, "repeats": 1,
+              "records_replicated": 5_000, "records_replicated_1k": 5_000,
+              "failovers": 1, "repeats": 1,
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2},
-    "full": {"records_100b": 1_000_000, "records_1k": 300_000, "latency_rate": 10_000,
+    "full": {"records_100b": 1_000_000, "records_1k": 1_000_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
-             "records_replicated": 300_000, "failovers": 10, "repeats": 3,
+             "records_replicated": 300_000, "records_replicated_1k": 300_000,
+             "failovers": 10, "repeats": 3,
              "group_sizes": (1, 10, 50), "group_rebalance_repeats": 3,
              "group_records": 500_000, "group_members": 4},
 }

@@ -118,7 +118,7 @@ class Cluster:
         node.manager = ReplicaManager(node.settings, node.logs, self.alter_isr_for(broker_id),
                                       self.address)
         node.server = grpc.aio.server()
-        replica_fetch.add_to_server(node.server, _Servicer(node.manager).ReplicaFetch)
+        replica_fetch.add_to_server(node.server, _Servicer(node.manager))
         node.server.add_insecure_port(f"127.0.0.1:{node.port}")
         await node.server.start()
         await node.manager.start()

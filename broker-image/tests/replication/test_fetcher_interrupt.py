@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -45,7 +46,7 @@ async def test_adding_a_partition_interrupts_the_long_poll_without_a_failure() -
             for p in request.partitions]
 
     server = grpc.aio.server()
-    replica_fetch.add_to_server(server, long_poll)
+    replica_fetch.add_to_server(server, SimpleNamespace(ReplicaFetch=long_poll))
     port = free_port()
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()

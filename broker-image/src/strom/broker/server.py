@@ -102,7 +102,7 @@ class BrokerServer:
                     BrokerService(core), deserializers={"Produce": decode_produce_request})
         admin_pb2_grpc.add_AdminServicer_to_server(  # type: ignore[no-untyped-call]
             AdminService(core), self._grpc)
-        replica_fetch.add_to_server(self._grpc, ReplicaService(core).ReplicaFetch)
+        replica_fetch.add_to_server(self._grpc, ReplicaService(core))
         group_pb2_grpc.add_GroupServicer_to_server(  # type: ignore[no-untyped-call]
             GroupService(core, core.groups), self._grpc)
         quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]

@@ -210,16 +210,12 @@ def decode_batch_lists(
         try:
             batch = DefaultRecordBatch(bytes(mv[h.position : h.position + h.size]))
             epoch = h.leader_epoch
-            # One comprehension per case, so the per-record body has no test it does not need.
+            # One comprehension per timestamp type, so the per-record body has no test.
             if h.attributes & ATTR_TIMESTAMP_TYPE:
                 ts = h.max_timestamp
                 records = [Record(topic, partition, r.offset, ts, append, r.key, r.value,
                                   tuple(hd) if (hd := r.headers) else (), epoch)
-                           for r in batch if r.offset >= start_offset]
-            elif h.base_offset < start_offset:
-                records = [Record(topic, partition, r.offset, r.timestamp, create, r.key,
-                                  r.value, tuple(hd) if (hd := r.headers) else (), epoch)
-                           for r in batch if r.offset >= start_offset]
+                           for r in batch]
             else:
                 records = [Record(topic, partition, r.offset, r.timestamp, create, r.key,
                                   r.value, tuple(hd) if (hd := r.headers) else (), epoch)
@@ -232,6 +228,8 @@ def decode_batch_lists(
                 f"cannot decode record batch at offset {h.base_offset} of {topic}-{partition}: "
                 f"{exc}",
             ) from exc
+        if h.base_offset < start_offset:  # only a fetch's first batch can start before it
+            records = [r for r in records if r.offset >= start_offset]
         if records:
             yield records
 
@@ -252,27 +250,15 @@ class RecordTaker:
     def take(self, n: int) -> list[Record]:
         """Up to ``n`` next records (fewer only when the buffer is exhausted)."""
         out: list[Record] = []
-        while n > 0:
-            pending, pos = self._pending, self._pos
-            if pos >= len(pending):
+        while len(out) < n:
+            if self._pos >= len(self._pending):
                 following = next(self._batches, None)
                 if following is None:
-                    self._pending, self._pos = [], 0
                     break
-                pending, pos = following, 0
-                self._pending, self._pos = pending, 0
-            avail = len(pending) - pos
-            if avail <= n:
-                chunk = pending if pos == 0 else pending[pos:]
-                self._pending, self._pos = [], 0
-            else:
-                chunk = pending[pos:pos + n]
-                self._pos = pos + n
-            if out:
-                out.extend(chunk)
-            else:
-                out = chunk
-            n -= len(chunk)
+                self._pending, self._pos = following, 0
+            chunk = self._pending[self._pos:self._pos + n - len(out)]
+            self._pos += len(chunk)
+            out += chunk
         return out
 
 

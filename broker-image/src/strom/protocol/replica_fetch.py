@@ -8,9 +8,8 @@ of the generated servicer and stub, which would copy every replicated byte three
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from types import SimpleNamespace
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import grpc
 
@@ -42,11 +41,13 @@ def decode_response(data: bytes) -> list[tuple[PartitionAnswer, memoryview]]:
     return answers
 
 
-def add_to_server(server: grpc.aio.Server,
-                  behavior: Callable[[replica_pb2.ReplicaFetchRequest, Context],
-                                     Awaitable[Sequence[Answer]]]) -> None:
-    """Serve ``strom.v1.Replica/ReplicaFetch`` with ``behavior``."""
-    servicer = SimpleNamespace(ReplicaFetch=behavior)
+class ReplicaServicer(Protocol):
+    async def ReplicaFetch(self, request: replica_pb2.ReplicaFetchRequest, context: Context
+                           ) -> Sequence[Answer]: ...
+
+
+def add_to_server(server: grpc.aio.Server, servicer: ReplicaServicer) -> None:
+    """Serve ``strom.v1.Replica`` with ``servicer``'s ReplicaFetch (answers framed by hand)."""
     add_service(server, replica_pb2.DESCRIPTOR.services_by_name["Replica"], servicer,
                 serializers={"ReplicaFetch": encode_response})
 

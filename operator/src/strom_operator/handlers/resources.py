@@ -13,18 +13,13 @@ from typing import Any
 import kopf
 
 from strom_operator.handlers import metrics
-from strom_operator.handlers.cluster import backoff, default_admin
-from strom_operator.reconcilers.cluster import Event, Outcome, ReconcileError
+from strom_operator.handlers.cluster import _post, backoff, default_admin
+from strom_operator.reconcilers.cluster import Outcome, ReconcileError
 from strom_operator.reconcilers.group import GroupReconciler
 from strom_operator.reconcilers.kube import KubernetesApi
 from strom_operator.reconcilers.topic import TopicReconciler
 
 GROUP, VERSION = "strom.dev", "v1alpha1"
-
-
-def _post(body: kopf.Body, events: list[Event]) -> None:
-    for event in events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
 
 
 def _old_spec(old: Any) -> dict[str, Any] | None:

@@ -20,6 +20,10 @@ from strom_operator.reconcilers.kube import KubernetesApi
 from strom_operator.reconcilers.topic import TopicReconciler
 
 GROUP, VERSION = "strom.dev", "v1alpha1"
+_RECONCILERS: dict[str, type[TopicReconciler] | type[GroupReconciler]] = {
+    "StromTopic": TopicReconciler,
+    "StromConsumerGroup": GroupReconciler,
+}
 
 
 def _old_spec(old: Any) -> dict[str, Any] | None:
@@ -30,14 +34,8 @@ def _run(kind: str, body: kopf.Body, old: Any, retry: int) -> Outcome:
     api = KubernetesApi()
     try:
         with metrics.RECONCILE_SECONDS.labels(kind).time():
-            if kind == "StromTopic":
-                outcome = TopicReconciler(api, default_admin()).reconcile(
-                    dict(body), _old_spec(old)
-                )
-            else:
-                outcome = GroupReconciler(api, default_admin()).reconcile(
-                    dict(body), _old_spec(old)
-                )
+            reconciler = _RECONCILERS[kind](api, default_admin())
+            outcome = reconciler.reconcile(dict(body), _old_spec(old))
     except ReconcileError as err:
         metrics.RECONCILE_TOTAL.labels(kind, "invalid" if err.permanent else "error").inc()
         kopf.warn(body, reason=err.reason, message=str(err)[:1000])

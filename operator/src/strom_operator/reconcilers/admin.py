@@ -196,6 +196,11 @@ def _default_factory(bootstrap: str, timeout_ms: int) -> Admin:
     return Admin(bootstrap, request_timeout_ms=timeout_ms, retry_backoff_max_ms=500)
 
 
+def _snapshot(admin: Any) -> tuple[Any, Any]:
+    """The cluster description and every topic (internal ones included), in that order."""
+    return admin.describe_cluster(), admin.describe_topics(None, include_internal=True)
+
+
 class AdminClusterAdmin:
     """:class:`ClusterAdmin`, :class:`TopicAdmin` and :class:`GroupAdmin` over ``strom.client``."""
 
@@ -247,8 +252,7 @@ class AdminClusterAdmin:
     def describe(self, ref: ClusterRef, spec: StromClusterSpec) -> ClusterState | None:
         try:
             with self._session(ref, spec) as admin:
-                cluster = admin.describe_cluster()
-                described = admin.describe_topics(None, include_internal=True)
+                cluster, described = _snapshot(admin)
                 moving = admin.list_partition_reassignments()
         except AdminError as err:
             self.last_error = str(err)
@@ -309,8 +313,7 @@ class AdminClusterAdmin:
 
     def topic(self, ref: ClusterRef, spec: StromClusterSpec, name: str) -> TopicView:
         with self._session(ref, spec) as admin:
-            cluster = admin.describe_cluster()
-            described = admin.describe_topics(None, include_internal=True)
+            cluster, described = _snapshot(admin)
             moving = (
                 admin.list_partition_reassignments([name])
                 if any(t.name == name for t in described)

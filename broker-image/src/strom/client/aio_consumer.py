@@ -114,12 +114,7 @@ class AsyncConsumer:
         g = self._group
         if g is not None and g.subscribed:
             await self._settle_step()
-            await g.settle()
-            owned = sorted(g.owned)
-            if owned:
-                await self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
-                                    else RebalanceCallbacks(lost=owned))
-            await g.leave("the consumer unsubscribed from all topics")
+            await self._revoke_and_leave(g, "the consumer unsubscribed from all topics")
             g.unsubscribe()
         self._manual = False
         with self._core.subs.lock:
@@ -179,6 +174,16 @@ class AsyncConsumer:
             result = fn(partitions)
             if inspect.isawaitable(result):
                 await result
+
+    async def _revoke_and_leave(self, g: GroupMember, reason: str) -> None:
+        """Settle, hand the owned partitions to the listener (revoked, or lost without a
+        generation), then leave the group."""
+        await g.settle()
+        owned = sorted(g.owned)
+        if owned:
+            await self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
+                                else RebalanceCallbacks(lost=owned))
+        await g.leave(reason)
 
     async def _settle_step(self) -> None:
         """Deliver what a finished step has to say; cancel one still waiting on the network."""
@@ -336,12 +341,7 @@ class AsyncConsumer:
                     log.warning("group %s: commit on close failed: %s", g.group_id, exc)
             self._run_commit_callbacks()
             if g.subscribed:
-                await g.settle()
-                owned = sorted(g.owned)
-                if owned:
-                    await self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
-                                        else RebalanceCallbacks(lost=owned))
-                await g.leave("the consumer is being closed")
+                await self._revoke_and_leave(g, "the consumer is being closed")
         finally:
             await g.close()
 

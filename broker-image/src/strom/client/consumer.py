@@ -195,12 +195,7 @@ class Consumer:
         g = self._group
         if g is not None and g.subscribed:
             self._wait_step()
-            self._thread.run(g.settle())
-            owned = sorted(g.owned)
-            if owned:
-                self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
-                              else RebalanceCallbacks(lost=owned))
-            self._thread.run(g.leave("the consumer unsubscribed from all topics"))
+            self._revoke_and_leave(g, "the consumer unsubscribed from all topics")
             g.unsubscribe()
         self._manual = False
         with self._core.subs.lock:
@@ -263,6 +258,17 @@ class Consumer:
     def _deliver(self, cb: RebalanceCallbacks) -> None:
         for fn, partitions in listener_calls(self._listener, cb):
             fn(partitions)
+
+    def _revoke_and_leave(self, g: GroupMember, reason: str,
+                          timeout: float | None = None) -> None:
+        """Settle, hand the owned partitions to the listener (revoked, or lost without a
+        generation), then leave the group."""
+        self._thread.run(g.settle())
+        owned = sorted(g.owned)
+        if owned:
+            self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
+                          else RebalanceCallbacks(lost=owned))
+        self._thread.run(g.leave(reason), timeout=timeout)
 
     def _wait_step(self) -> None:
         """Deliver what a finished rebalance step has to say; cancel one still on the network
@@ -363,12 +369,7 @@ class Consumer:
                     log.warning("group %s: commit on close failed: %s", g.group_id, exc)
             self._run_commit_callbacks()
             if g.subscribed:
-                self._thread.run(g.settle())
-                owned = sorted(g.owned)
-                if owned:
-                    self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
-                                  else RebalanceCallbacks(lost=owned))
-                self._thread.run(g.leave("the consumer is being closed"), timeout=self._timeout_s)
+                self._revoke_and_leave(g, "the consumer is being closed", timeout=self._timeout_s)
         finally:
             self._thread.run(g.close(), timeout=self._timeout_s)
 

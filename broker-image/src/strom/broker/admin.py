@@ -45,7 +45,9 @@ SOURCE_TOPIC = "DYNAMIC_TOPIC_CONFIG"
 
 
 def _fill(result: admin_pb2.TopicResult | admin_pb2.TopicDescription
-          | admin_pb2.ResourceConfigs | admin_pb2.AlterConfigsResult, err: StromError) -> None:
+          | admin_pb2.ResourceConfigs | admin_pb2.AlterConfigsResult
+          | admin_pb2.PartitionResult | admin_pb2.UnregisterBrokerResponse,
+          err: StromError) -> None:
     result.error_code = int(err.code)
     result.error_message = err.message
 
@@ -256,7 +258,7 @@ async def alter_partition_reassignments(
                                                       list(target.replicas))
             changes.append((result, change))
         except StromError as err:
-            _fill_partition(result, err)
+            _fill(result, err)
     if request.validate_only:
         return response
     if request.throttle_bytes_per_sec:
@@ -268,7 +270,7 @@ async def alter_partition_reassignments(
         try:
             await core.link.propose(change)
         except StromError as err:
-            _fill_partition(result, err)
+            _fill(result, err)
     return response
 
 
@@ -322,7 +324,7 @@ async def elect_leaders(core: BrokerCore, request: admin_pb2.ElectLeadersRequest
         except StromError as err:
             if explicit or err.code != ErrorCode.ELECTION_NOT_NEEDED:
                 result = response.results.add(topic=topic, partition=partition)
-                _fill_partition(result, err)
+                _fill(result, err)
             continue
         response.results.add(topic=topic, partition=partition)
     return response
@@ -338,11 +340,5 @@ async def unregister_broker(core: BrokerCore, request: admin_pb2.UnregisterBroke
                              f"broker {request.broker_id} is not registered")
         await core.link.propose(UnregisterBroker(request.broker_id))
     except StromError as err:
-        response.error_code = int(err.code)
-        response.error_message = err.message
+        _fill(response, err)
     return response
-
-
-def _fill_partition(result: admin_pb2.PartitionResult, err: StromError) -> None:
-    result.error_code = int(err.code)
-    result.error_message = err.message

@@ -48,9 +48,6 @@ class PartitionState:
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
-    adding: tuple[int, ...] = ()
-    removing: tuple[int, ...] = ()
-    partition_epoch: int = 0
 
 
 class ImageSource(Protocol):
@@ -132,6 +129,4 @@ class ClusterMetadata:
         p = t.partitions.get(partition)
         if p is None:
             return None
-        return PartitionState(p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr),
-                              tuple(p.adding_replicas), tuple(p.removing_replicas),
-                              p.partition_epoch)
+        return PartitionState(p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr))

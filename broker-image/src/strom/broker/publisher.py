@@ -127,8 +127,6 @@ class MetadataPublisher:
             plog = self._replicas.get(*tp)
             if old is None and plog is not None and read_topic_id(plog.directory) is None:
                 write_topic_id(plog.directory, topic.topic_id)
-            if plog is not None and config_changed:
-                plog.update_config(config)
             self._published[tp] = view
             self._published_topic_ids[tp] = topic.topic_id
             self._applied_config[tp] = config

@@ -58,6 +58,7 @@ from strom.controller.metadata import (
     encode_command,
 )
 from strom.protocol.errors import ErrorCode, StromError
+from strom.shutdown import cancel_and_wait
 
 __all__ = ["UNCLEAN_LEADER_ELECTION", "ActiveController", "ControllerSettings", "HeartbeatResult"]
 
@@ -130,9 +131,7 @@ class ActiveController:
         # arrives as the awaited proposal completes, and the loop must end anyway.
         self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
             self._task = None
 
     @property

@@ -51,6 +51,7 @@ from strom.replication.settings import ReplicationSettings
 from strom.replication.state import NO_LEADER, AlterIsr, BrokerAddress, PartitionView
 from strom.replication.throttle import TokenBucket
 from strom.replication.waiters import AppendWaiters
+from strom.shutdown import cancel_and_wait
 from strom.storage.config import LogConfig
 from strom.storage.log import AppendResult, PartitionLog, ReadResult
 from strom.storage.manager import LogManager
@@ -118,11 +119,7 @@ class ReplicaManager:
         self._acks.close()
         tasks = [t for t in (self._isr_task, *self._tasks) if t is not None]
         self._isr_task = None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(tasks)
         fetchers = list(self._fetchers.values())
         self._fetchers.clear()
         await asyncio.gather(*(f.stop() for f in fetchers), return_exceptions=True)
@@ -151,8 +148,7 @@ class ReplicaManager:
                          view.leader_epoch, part.epoch_start_offset, list(view.isr))
             else:
                 part.update_assignment(now)
-            if part.advance_high_watermark():
-                self.waiters.notify(tp)
+            part.advance_high_watermark()  # waiters are notified below in any case
         else:
             part.resign()
             if view.leader == NO_LEADER:

@@ -51,9 +51,7 @@ def cmd_elect(args: argparse.Namespace) -> int:
             (desc,) = admin.describe_topics([args.topic])
             wanted = [(args.topic, p.partition) for p in desc.partitions]
         results = admin.elect_leaders(wanted, election, raise_on_error=False)
-    rows = [{"topic": t, "partition": p,
-             "error": None if err is None else f"{err.code.name}: {err.message}"}
-            for (t, p), err in sorted(results.items())]
+    rows = view.results_data(results)
     failed = [r for r in rows if r["error"]]
     summary = (f"{election.capitalize()} leader election succeeded (or was not needed) for "
                f"{len(rows) - len(failed)} of {len(rows)} partition(s)" if rows else

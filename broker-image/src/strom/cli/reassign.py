@@ -180,12 +180,6 @@ def throttle_of(args: argparse.Namespace) -> int:
     return parse_size(args.throttle, "--throttle")
 
 
-def results_data(results: Mapping[PartitionKey, Any]) -> list[dict[str, Any]]:
-    return [{"topic": t, "partition": p,
-             "error": None if err is None else f"{err.code.name}: {err.message}"}
-            for (t, p), err in sorted(results.items())]
-
-
 def cmd_execute(args: argparse.Namespace) -> int:
     from strom.client.reassign_plan import plan_to_json
 
@@ -205,7 +199,7 @@ def cmd_execute(args: argparse.Namespace) -> int:
         results = admin.alter_partition_reassignments(
             dict(plan.items()), throttle_bytes_per_sec=throttle,
             validate_only=args.validate_only, raise_on_error=False)
-    rows = results_data(results)
+    rows = view.results_data(results)
     failed = [r for r in rows if r["error"]]
     verb = "validated" if args.validate_only else "started"
     summary = (f"Reassignment {verb} for {len(rows) - len(failed)} of {len(rows)} partition(s)"
@@ -231,7 +225,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             return 0
         results = admin.alter_partition_reassignments(
             dict.fromkeys(keys), raise_on_error=False)
-    rows = results_data(results)
+    rows = view.results_data(results)
     failed = [r for r in rows if r["error"]]
     summary = f"Cancelled the reassignment of {len(rows) - len(failed)} of {len(rows)} partition(s)"
     print(render({"results": rows}, args.output, view.results_table(rows, summary)))

@@ -28,6 +28,13 @@ def reassignment_data(r: Any) -> dict[str, Any]:
     }
 
 
+def results_data(results: Mapping[tuple[str, int], Any]) -> list[dict[str, Any]]:
+    """Per-partition results (``None`` or an error) as rows, sorted by topic and partition."""
+    return [{"topic": t, "partition": p,
+             "error": None if err is None else f"{err.code.name}: {err.message}"}
+            for (t, p), err in sorted(results.items())]
+
+
 def plan_progress(plan: Mapping[tuple[str, int], Sequence[int]],
                   current: Mapping[tuple[str, int], Sequence[int]],
                   in_flight: set[tuple[str, int]]) -> list[dict[str, Any]]:

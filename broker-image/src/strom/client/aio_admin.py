@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from strom.client import commits
 from strom.client.backoff import RetryPolicy
 from strom.client.config import parse_bootstrap, require_positive
 from strom.client.connections import Connections, rpc_error
@@ -60,10 +61,6 @@ from strom.protocol.v1 import admin_pb2, broker_pb2, common_pb2, group_pb2, grou
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 
 PartitionKey = tuple[str, int]
-
-#: Commit errors that mean "the group has members": an admin commit needs an empty group.
-_MEMBER_ERRORS = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
-                            ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.FENCED_INSTANCE_ID})
 
 #: What ``reset_group_offsets`` accepts for its topics: a topic (every partition) or one partition.
 GroupTopics = Iterable[str | TopicPartition | tuple[str, int]]
@@ -653,18 +650,14 @@ class AsyncAdmin:
                                    ) -> None:
         """An admin (generation -1) commit: the coordinator accepts it only while the group has
         no members."""
-        request = group_pb2.OffsetCommitRequest(
-            group_id=group_id, generation=-1, member_id="",
-            partitions=[group_pb2.OffsetCommitPartition(topic=tp.topic, partition=tp.partition,
-                                                        offset=off, leader_epoch=-1)
-                        for tp, off in sorted(offsets.items())])
+        request = commits.commit_request(group_id, -1, "", None, offsets)
         response = await self._coordinator_call(
             group_id, "OffsetCommit", request, lambda r: (r.error_code, r.error_message))
         for p in response.partitions:
             if not p.error_code:
                 continue
             code = error_code_from_int(p.error_code)
-            if code in _MEMBER_ERRORS:
+            if code in commits.LOST_GENERATION_ERRORS:  # the group has members
                 # the member-facing text ("rejoin ...") means nothing to an operator
                 raise StromError(code, f"the coordinator refused the admin commit to group "
                                  f"{group_id!r}: it has members now; stop its consumers first "

@@ -88,9 +88,6 @@ def config_from_kwargs(kwargs: Mapping[str, object]) -> dict[str, str]:
     return {key.replace("_", "."): _str(value) for key, value in kwargs.items()}
 
 
-_config_from_kwargs = config_from_kwargs
-
-
 def _kill_quietly(pid: int) -> None:
     """Finalizer: SIGCONT (in case it is paused) then SIGKILL, ignoring a gone process."""
     for sig in (signal.SIGCONT, signal.SIGKILL):
@@ -338,7 +335,7 @@ def running_broker(tmp_path: Path | str, *, broker_id: int = 0,
                    startup_timeout: float = STARTUP_TIMEOUT_S,
                    **settings: object) -> Iterator[BrokerProcess]:
     """Start a broker in ``tmp_path``, yield it ready, and always stop it afterwards."""
-    merged = _config_from_kwargs(settings)
+    merged = config_from_kwargs(settings)
     merged.update({k: _str(v) for k, v in (config or {}).items()})
     broker = BrokerProcess(tmp_path, broker_id=broker_id, config=merged,
                            startup_timeout=startup_timeout)
@@ -362,7 +359,7 @@ def broker_fixture(scope: Literal["session", "package", "module", "class", "func
 
     @pytest.fixture(scope=scope)
     def _broker(tmp_path_factory: Any) -> Iterator[BrokerProcess]:
-        merged = _config_from_kwargs(settings)
+        merged = config_from_kwargs(settings)
         merged.update({k: _str(v) for k, v in (config or {}).items()})
         with running_broker(tmp_path_factory.mktemp("broker"), config=merged) as broker:
             yield broker

@@ -15,8 +15,10 @@ Not supported: topic ids in requests, authorized operations.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from strom.broker.core import BrokerCore
-from strom.broker.metadata import TopicRecord
+from strom.broker.metadata import BrokerInfo, TopicRecord
 from strom.broker.topics import validate_topic_name
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2, common_pb2
@@ -27,8 +29,9 @@ async def handle(core: BrokerCore, request: broker_pb2.MetadataRequest
     metadata = core.metadata
     response = broker_pb2.MetadataResponse(cluster_id=metadata.cluster_id,
                                            controller_id=metadata.controller_id)
-    response.brokers.extend(broker_endpoints(core))
-    live = {b.broker_id for b in metadata.live_brokers()}
+    brokers = metadata.live_brokers()
+    response.brokers.extend(broker_endpoints(core, brokers))
+    live = {b.broker_id for b in brokers}
     if request.topics:
         for name in request.topics:
             try:
@@ -50,10 +53,12 @@ async def handle(core: BrokerCore, request: broker_pb2.MetadataRequest
     return response
 
 
-def broker_endpoints(core: BrokerCore) -> list[common_pb2.BrokerEndpoint]:
+def broker_endpoints(core: BrokerCore, brokers: Iterable[BrokerInfo] | None = None
+                     ) -> list[common_pb2.BrokerEndpoint]:
+    """Endpoints of ``brokers`` (default: the live ones)."""
     return [common_pb2.BrokerEndpoint(broker_id=b.broker_id, host=b.host, port=b.port,
                                       rack=b.rack)
-            for b in core.metadata.live_brokers()]
+            for b in (core.metadata.live_brokers() if brokers is None else brokers)]
 
 
 def _add_topic(core: BrokerCore, response: broker_pb2.MetadataResponse,

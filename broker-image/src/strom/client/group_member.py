@@ -111,7 +111,7 @@ class GroupMember:
         # the leader's partition counts when it assigned (a change calls for a rebalance)
         self._assigned_counts: dict[str, int] | None = None
         self._next_metadata_check_ms = 0.0
-        self._pending_apply: tuple[set[TopicPartition], int] | None = None
+        self._pending_apply: set[TopicPartition] | None = None  # the partitions to keep
         self._coordinator: str | None = None
         self._stubs: dict[str, group_pb2_grpc.GroupStub] = {}
         self._heartbeat: asyncio.Task[None] | None = None
@@ -176,7 +176,7 @@ class GroupMember:
             if revoke:
                 if self.settings.enable_auto_commit:
                     await self._commit_quietly(self._positions(revoke))
-                self._pending_apply = (self.owned - revoke, self.generation)
+                self._pending_apply = self.owned - revoke
                 return RebalanceCallbacks(revoked=sorted(revoke))
             return await self._join_and_sync()
         except StromError as exc:
@@ -198,7 +198,7 @@ class GroupMember:
     async def _apply_pending(self) -> RebalanceCallbacks | None:
         """Second half of a revocation: the listener has run, now the partitions really go."""
         assert self._pending_apply is not None
-        keep, _ = self._pending_apply
+        keep = self._pending_apply
         self._pending_apply = None
         self._drop(self.owned - keep)
         return None
@@ -365,7 +365,7 @@ class GroupMember:
         self.core.cancel_fetches()
         self.owned = new | revoked
         if revoked:
-            self._pending_apply = (new, self.generation)
+            self._pending_apply = new
         self.rejoin_needed = bool(revoked) or self._joined_version != self.sub_version
         self.backoff_until_ms = 0.0
         self._start_heartbeat()
@@ -466,8 +466,9 @@ class GroupMember:
             return
         self._next_metadata_check_ms = _now_ms() + self.settings.metadata_max_age_ms
         self.core.metadata.mark_stale()
-        found = await self._partition_counts(set(self.topics) | set(counts))
-        now = {t: found.get(t, 0) for t in set(self.topics) | set(counts)}
+        topics = set(self.topics) | set(counts)
+        found = await self._partition_counts(topics)
+        now = {t: found.get(t, 0) for t in topics}
         if now != counts:
             log.info("group %s: partition counts changed %s -> %s; rebalancing", self.group_id,
                      counts, now)
@@ -523,9 +524,6 @@ class GroupMember:
         with subs.lock:
             return {tp: st.position for tp, st in subs.states.items()
                     if st.position is not None and (tps is None or tp in tps)}
-
-    def consumed_positions(self) -> dict[TopicPartition, int]:
-        return self._positions()
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """OffsetCommit of ``offsets`` (default: every position), retried on coordinator errors."""

@@ -393,10 +393,14 @@ class CoordinatorPartition:
         if self.state is not LoadState.ACTIVE:
             return 0
         now = self._clock() if now_ms is None else now_ms
-        records = [r for r in self.store.expire(now, self.settings.retention_ms)
-                   if self._expirable(decode_key(r.key).group_id)]
-        gone_groups = {k.group_id for r in records
-                       if isinstance(k := decode_key(r.key), GroupKey)}
+        records = []
+        gone_groups = set()
+        for r in self.store.expire(now, self.settings.retention_ms):
+            key = decode_key(r.key)
+            if self._expirable(key.group_id):
+                records.append(r)
+                if isinstance(key, GroupKey):
+                    gone_groups.add(key.group_id)
         for group_id, group in list(self.groups.items()):
             # Groups that never got stored (e.g. a join that never completed) and are idle.
             if (group.state is GroupState.EMPTY and group.next_deadline_ms() is None

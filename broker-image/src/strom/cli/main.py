@@ -30,7 +30,7 @@ from strom.cli import (
     topic,
 )
 from strom.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, CliError
-from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.errors import Handling, StromError, codes_with
 
 DEBUG_ENV = "STROM_DEBUG"
 
@@ -58,9 +58,7 @@ def build_parser() -> Parser:
 
 
 #: Error codes that usually mean "no broker at the bootstrap address".
-UNREACHABLE = frozenset({
-    ErrorCode.NETWORK_EXCEPTION, ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT,
-})
+UNREACHABLE = codes_with(Handling.UNREACHABLE)
 
 
 def unreachable_hint(args: argparse.Namespace) -> str:

@@ -10,22 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from strom.client.models import TopicPartition
-from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.errors import ErrorCode, Handling, StromError, codes_with, error_code_from_int
 from strom.protocol.v1 import common_pb2, group_pb2
 
 #: Errors that mean "ask FindCoordinator again, then retry" (Kafka's coordinator errors).
-COORDINATOR_ERRORS = frozenset({
-    ErrorCode.NOT_COORDINATOR,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-})
+COORDINATOR_ERRORS = codes_with(Handling.FIND_COORDINATOR)
 #: Commit errors that mean the member's generation is gone: its partitions may be someone else's.
-LOST_GENERATION_ERRORS = frozenset({
-    ErrorCode.REBALANCE_IN_PROGRESS,
-    ErrorCode.ILLEGAL_GENERATION,
-    ErrorCode.UNKNOWN_MEMBER_ID,
-    ErrorCode.FENCED_INSTANCE_ID,
-})
+LOST_GENERATION_ERRORS = codes_with(Handling.LOST_GENERATION)
 
 
 class CommitFailedError(StromError):

@@ -53,7 +53,7 @@ from strom.client.fetcher import ConsumerCore, ConsumerSettings
 from strom.client.models import TopicPartition
 from strom.client.positions import NoOffsetForPartitionError
 from strom.groups.assignors import ASSIGNORS, MemberSubscription
-from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.errors import ErrorCode, Handling, StromError, codes_with, error_code_from_int
 from strom.protocol.v1 import broker_pb2, common_pb2, group_pb2, group_pb2_grpc
 
 log = logging.getLogger("strom.client.group")
@@ -61,7 +61,7 @@ log = logging.getLogger("strom.client.group")
 T = TypeVar("T")
 
 #: Errors after which the member is forgotten by the group: reset and rejoin (partitions lost).
-_RESET_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
+_RESET_ERRORS = codes_with(Handling.RESET_MEMBER)
 #: Join/sync rounds one step may take before it gives the caller's poll() control back.
 _MAX_ROUNDS = 20
 _GEN = struct.Struct(">i")

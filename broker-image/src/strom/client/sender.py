@@ -43,7 +43,7 @@ from strom.client.models import TopicPartition
 from strom.client.partitioner import DefaultPartitioner
 from strom.client.produce_request import encode_produce_request
 from strom.client.producer_batch import ProducerBatch
-from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.errors import ErrorCode, Handling, StromError, codes_with, error_code_from_int
 from strom.protocol.records import Compression, Header, restamp_producer_state
 from strom.protocol.v1 import broker_pb2
 
@@ -56,7 +56,7 @@ _SEQUENCE_MODULUS = 1 << 31  # sequences wrap from 2**31 - 1 to 0, as in Kafka
 _NO_HEADERS: list[Header] = []  # shared: the codec only reads it
 _PRODUCE_METHOD = "/strom.v1.Broker/Produce"  # as in broker_pb2_grpc.BrokerStub
 _ProduceCall = grpc.aio.UnaryUnaryMultiCallable[bytes, broker_pb2.ProduceResponse]
-_RESTAMP_ERRORS = frozenset({ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_EPOCH})
+_RESTAMP_ERRORS = codes_with(Handling.NEW_PRODUCER_EPOCH)
 
 
 class NeedMetadata(Exception):

@@ -16,31 +16,10 @@ from grpc_status import rpc_status
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
 from strom.protocol.v1 import common_pb2
 
-_GRPC_CODE: dict[ErrorCode, int] = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: code_pb2.NOT_FOUND,
-    ErrorCode.GROUP_ID_NOT_FOUND: code_pb2.NOT_FOUND,
-    ErrorCode.UNKNOWN_TOPIC_ID: code_pb2.NOT_FOUND,
-    ErrorCode.TOPIC_ALREADY_EXISTS: code_pb2.ALREADY_EXISTS,
-    ErrorCode.REQUEST_TIMED_OUT: code_pb2.DEADLINE_EXCEEDED,
-    ErrorCode.OFFSET_OUT_OF_RANGE: code_pb2.OUT_OF_RANGE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: code_pb2.FAILED_PRECONDITION,
-    ErrorCode.NOT_CONTROLLER: code_pb2.FAILED_PRECONDITION,
-    ErrorCode.NOT_COORDINATOR: code_pb2.FAILED_PRECONDITION,
-    ErrorCode.LEADER_NOT_AVAILABLE: code_pb2.UNAVAILABLE,
-    ErrorCode.BROKER_NOT_AVAILABLE: code_pb2.UNAVAILABLE,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE: code_pb2.UNAVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: code_pb2.UNAVAILABLE,
-    ErrorCode.KAFKA_STORAGE_ERROR: code_pb2.UNAVAILABLE,
-    ErrorCode.UNKNOWN_SERVER_ERROR: code_pb2.INTERNAL,
-    ErrorCode.UNSUPPORTED_VERSION: code_pb2.UNIMPLEMENTED,
-}
-
 
 def grpc_code_for(code: ErrorCode) -> int:
-    """The closest gRPC status code (``google.rpc.Code`` number) for a Kafka error code."""
-    if code in _GRPC_CODE:
-        return int(_GRPC_CODE[code])
-    return int(code_pb2.UNAVAILABLE if code.retriable else code_pb2.INVALID_ARGUMENT)
+    """The ``google.rpc.Code`` number of the status for a Kafka error code (its table row)."""
+    return int(code_pb2.Code.Value(code.spec.grpc_status))
 
 
 def error_info(err: StromError) -> common_pb2.ErrorInfo:

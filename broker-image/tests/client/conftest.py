@@ -124,9 +124,6 @@ class _FakeBroker(broker_pb2_grpc.BrokerServicer):
     async def InitProducerId(self, request: Any, context: Any) -> Any:
         self.c.calls.append((self.id, "InitProducerId", request))
         await self.c.abort_if_call_fault("InitProducerId", context)
-        if request.producer_id >= 0:
-            return broker_pb2.InitProducerIdResponse(producer_id=request.producer_id,
-                                                     producer_epoch=request.producer_epoch + 1)
         self.c.next_producer_id += 1
         return broker_pb2.InitProducerIdResponse(producer_id=self.c.next_producer_id,
                                                  producer_epoch=0)

@@ -85,10 +85,6 @@ def test_resent_request_is_written_once_even_after_a_kill(broker: BrokerProcess)
         assert _produce(stub, "dedup", _batch(pid, 0, 3, 2)).base_offset == 3
         gap = _produce(stub, "dedup", _batch(pid, 0, 9, 1))
         assert ErrorCode(gap.error_code) is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        bumped = stub.InitProducerId(broker_pb2.InitProducerIdRequest(producer_id=pid,
-                                                                      producer_epoch=0),
-                                     timeout=10)
-        assert (bumped.producer_id, bumped.producer_epoch) == (pid, 1)
     broker.restart(kill=True)
     channel, stub = _stub(broker)
     with channel:
@@ -96,6 +92,23 @@ def test_resent_request_is_written_once_even_after_a_kill(broker: BrokerProcess)
         assert _produce(stub, "dedup", _batch(pid, 0, 3, 2)).base_offset == 3
         assert _produce(stub, "dedup", _batch(pid, 0, 5, 1)).base_offset == 5
     assert _all_values(broker, "dedup", 6) == [b"r%d" % i for i in range(6)]
+
+
+def test_init_producer_id_never_adopts_an_id_it_did_not_allocate(broker: BrokerProcess) -> None:
+    """Issue 13 item 7: naming an id and epoch gave that id the next epoch, so any client could
+    fence another's producer. As Kafka without a transactional id: always a new id, epoch 0."""
+    channel, stub = _stub(broker)
+    with channel:
+        first = stub.InitProducerId(broker_pb2.InitProducerIdRequest(producer_id=-1,
+                                                                     producer_epoch=-1),
+                                    timeout=10)
+        for pid, epoch in ((123456789, 3), (first.producer_id, first.producer_epoch)):
+            got = stub.InitProducerId(broker_pb2.InitProducerIdRequest(producer_id=pid,
+                                                                       producer_epoch=epoch),
+                                      timeout=10)
+            assert got.error_code == 0
+            assert got.producer_epoch == 0
+            assert got.producer_id not in (123456789, first.producer_id)
 
 
 def test_producer_defaults_to_idempotence(broker: BrokerProcess) -> None:

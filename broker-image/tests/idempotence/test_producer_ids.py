@@ -59,20 +59,18 @@ async def test_allocation_that_does_not_show_up_fails_retriably() -> None:
     assert info.value.retriable
 
 
-async def test_init_producer_id_new_bump_and_exhaustion() -> None:
+async def test_init_producer_id_always_allocates_a_new_id() -> None:
     m = FakeController().manager(1, 10)
     new = await init_producer_id(m, broker_pb2.InitProducerIdRequest(producer_id=-1,
                                                                       producer_epoch=-1))
     assert (new.producer_id, new.producer_epoch) == (0, 0)
-    bumped = await init_producer_id(m, broker_pb2.InitProducerIdRequest(producer_id=0,
-                                                                         producer_epoch=4))
-    assert (bumped.producer_id, bumped.producer_epoch) == (0, 5)
-    fresh = await init_producer_id(m, broker_pb2.InitProducerIdRequest(producer_id=0,
-                                                                        producer_epoch=32766))
-    assert (fresh.producer_id, fresh.producer_epoch) == (1, 0)
-    for bad in (broker_pb2.InitProducerIdRequest(transactional_id="tx", producer_id=-1,
-                                                 producer_epoch=-1),
-                broker_pb2.InitProducerIdRequest(producer_id=3, producer_epoch=-1)):
-        with pytest.raises(StromError) as info:
-            await init_producer_id(m, bad)
-        assert info.value.code is ErrorCode.INVALID_REQUEST
+    # Kafka, for a null transactional id: "always blindly accept the request and return a new
+    # producerId". An id/epoch the request names is never adopted nor bumped (issue 13 item 7).
+    for pid, epoch in ((123456789, 3), (0, 4), (0, 32766), (3, -1)):
+        got = await init_producer_id(m, broker_pb2.InitProducerIdRequest(producer_id=pid,
+                                                                         producer_epoch=epoch))
+        assert got.producer_epoch == 0 and got.producer_id not in (pid, 123456789)
+    with pytest.raises(StromError) as info:
+        await init_producer_id(m, broker_pb2.InitProducerIdRequest(
+            transactional_id="tx", producer_id=-1, producer_epoch=-1))
+    assert info.value.code is ErrorCode.INVALID_REQUEST

@@ -23,10 +23,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: An epoch is an int16; Kafka treats Short.MAX_VALUE - 1 as exhausted and issues a new id.
-MAX_PRODUCER_EPOCH = 32767
-
-
 class ProducerIdManager:
     """Serves producer ids from blocks the controller allocated to this broker."""
 
@@ -74,21 +70,24 @@ class ProducerIdManager:
 
 async def handle_init_producer_id(core: BrokerCore, request: broker_pb2.InitProducerIdRequest
                                   ) -> broker_pb2.InitProducerIdResponse:
-    """A new producer gets (new id, epoch 0); an existing one (KIP-360) the next epoch."""
+    """Every (non-transactional) InitProducerId gets a newly allocated id at epoch 0."""
     return await init_producer_id(core.producer_ids, request)
 
 
 async def init_producer_id(ids: ProducerIdManager, request: broker_pb2.InitProducerIdRequest
                            ) -> broker_pb2.InitProducerIdResponse:
+    """Kafka's TransactionCoordinator.handleInitProducerId for a null transactional id: always
+    a new id from the id manager at epoch 0, whatever ``producer_id``/``producer_epoch`` say.
+
+    Those two fields only mean something for a transactional id (KIP-360: the coordinator checks
+    them against the id it stored for that transactional id). Without one there is nothing to
+    check them against, so honouring them would let any client adopt an id that was never
+    allocated, or bump another producer's epoch and fence it. An idempotent producer bumps its
+    epoch locally instead (as Kafka's client does), and asks for a new id only when its epoch
+    is exhausted.
+    """
     if request.transactional_id:
         raise StromError(ErrorCode.INVALID_REQUEST,
                          f"transactional_id={request.transactional_id!r}: transactions are not "
                          f"supported yet; leave transactional_id empty for an idempotent producer")
-    pid, epoch = request.producer_id, request.producer_epoch
-    if (pid < 0) != (epoch < 0):
-        raise StromError(ErrorCode.INVALID_REQUEST,
-                         f"producer_id={pid} and producer_epoch={epoch}: send both as -1 for a "
-                         f"new producer, or both set to bump an existing producer's epoch")
-    if pid >= 0 and epoch + 1 < MAX_PRODUCER_EPOCH:
-        return broker_pb2.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch + 1)
     return broker_pb2.InitProducerIdResponse(producer_id=await ids.next_id(), producer_epoch=0)

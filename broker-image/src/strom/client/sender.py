@@ -15,10 +15,11 @@ across retries, so the leader recognises a retry whose first answer was lost and
 the original offsets, also after a failover (followers rebuild the same state from the log). A
 partition has one batch in flight at a time, so order holds across retries. When a batch that
 had a sequence fails for good (out-of-order sequence, delivery timeout), the partition's
-sequence has a gap, so the producer bumps its epoch (InitProducerId with its current id) and
-restarts every partition at sequence 0; a batch the broker refused unwritten because it did not
-know the producer or its epoch is restamped under the new epoch and resent. Without idempotence
-(an explicit acks=0 or 1), a retry after a lost answer can duplicate records, as in Kafka.
+sequence has a gap, so the producer bumps its epoch (locally, as Kafka's client does; a new id
+from InitProducerId once the int16 epoch is exhausted) and restarts every partition at sequence
+0; a batch the broker refused unwritten because it did not know the producer or its epoch is
+restamped under the new epoch and resent. Without idempotence (an explicit acks=0 or 1), a retry
+after a lost answer can duplicate records, as in Kafka.
 Oversized batches are not split on MESSAGE_TOO_LARGE: lower ``batch_size``.
 """
 
@@ -52,6 +53,7 @@ log = logging.getLogger("strom.client.producer")
 #: Per-record bytes beyond key and value (varints, attributes, deltas) — for the size check.
 RECORD_OVERHEAD = 24
 _SEQUENCE_MODULUS = 1 << 31  # sequences wrap from 2**31 - 1 to 0, as in Kafka
+_MAX_EPOCH = (1 << 15) - 1  # epochs are int16: at Short.MAX_VALUE Kafka's producer gets a new id
 #: The broker refused the batch without writing it: a new epoch and a resend fix it.
 _NO_HEADERS: list[Header] = []  # shared: the codec only reads it
 _PRODUCE_METHOD = "/strom.v1.Broker/Produce"  # as in broker_pb2_grpc.BrokerStub
@@ -350,8 +352,11 @@ class ProducerCore:
                 nodes = [n for n in check.nodes if self._may_send(n, check.full_nodes)]
                 if nodes and self.settings.idempotence and (
                         self.producer_id < 0 or self._bump_needed):
-                    self._start_init_producer_id()
-                    nodes = []
+                    if self._bump_needed and 0 <= self.producer_epoch < _MAX_EPOCH:
+                        self._bump_epoch()
+                    else:
+                        self._start_init_producer_id()
+                        nodes = []
                 if nodes:
                     drained = acc.drain(nodes, self._leader_of, self.settings.max_request_size,
                                         now, self._stamp if self.settings.idempotence else None)
@@ -522,6 +527,14 @@ class ProducerCore:
         batch.restamp = False
         self._sequences[batch.tp] = (seq + batch.record_count) % _SEQUENCE_MODULUS
 
+    def _bump_epoch(self) -> None:
+        """Kafka's idempotent producer bumps its epoch itself (KIP-360): the broker sees the
+        higher epoch start at sequence 0 and fences the older one. Brokers hand out ids only."""
+        self.producer_epoch += 1
+        self._sequences.clear()
+        self._bump_needed = False
+        log.debug("producer id %d bumped to epoch %d", self.producer_id, self.producer_epoch)
+
     def _start_init_producer_id(self) -> None:
         if self._init_task is None or self._init_task.done():
             assert self.loop is not None
@@ -529,12 +542,10 @@ class ProducerCore:
                                                     name="strom-producer-init-id")
 
     async def _init_producer_id(self) -> None:
-        """InitProducerId from any broker, retried with backoff while errors are retriable."""
+        """A new producer id (at the start, or when the epoch is exhausted) from any broker,
+        retried with backoff while errors are retriable."""
         s = self.settings
-        bump = self.producer_id >= 0
-        request = broker_pb2.InitProducerIdRequest(
-            producer_id=self.producer_id if bump else -1,
-            producer_epoch=self.producer_epoch if bump else -1)
+        request = broker_pb2.InitProducerIdRequest(producer_id=-1, producer_epoch=-1)
         attempt = 0
         while not self.closed:
             err: StromError

@@ -37,7 +37,7 @@ from strom.broker.health import HealthServer
 from strom.broker.malloc_tuning import tune as tune_malloc
 from strom.broker.service import AdminService, BrokerService, GroupService, ReplicaService
 from strom.protocol import replica_fetch
-from strom.protocol.errors import StromError
+from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import decode_request as decode_produce_request
 from strom.protocol.services import add_service
 from strom.protocol.v1 import (
@@ -46,6 +46,7 @@ from strom.protocol.v1 import (
     group_pb2_grpc,
     quorum_pb2_grpc,
 )
+from strom.request_guard import RequestGuard
 from strom.shutdown import cancel_and_wait, stop_on_signals
 
 log = logging.getLogger("strom.broker")
@@ -82,7 +83,8 @@ class BrokerServer:
 
     async def start(self) -> None:
         config = self.config
-        self._grpc = grpc.aio.server(options=grpc_options(config))
+        guard = RequestGuard(self._count_malformed)
+        self._grpc = grpc.aio.server(options=grpc_options(config), interceptors=[guard])
         address = f"{config.host}:{config.port}"
         try:
             self.port = self._grpc.add_insecure_port(address)
@@ -143,6 +145,10 @@ class BrokerServer:
             await self._health.stop()
         log.info("strom broker %d stopped in %.2fs", self.config.broker_id,
                  time.monotonic() - started)
+
+    def _count_malformed(self, method: str) -> None:
+        if self.core is not None:
+            self.core.metrics.requests.labels(method, ErrorCode.INVALID_REQUEST.name).inc()
 
     def _fast_maintenance(self) -> None:
         if self.core is None:

@@ -3,7 +3,8 @@
 Every call goes through :func:`call`, which counts it (requests, in-flight, duration, peers),
 turns a :class:`~strom.protocol.errors.StromError` raised by a handler into a failed call with the
 Kafka code in the gRPC status details, and turns any other exception into UNKNOWN_SERVER_ERROR
-with a message (and a logged traceback) so that no Python traceback reaches a client as a bare
+with a message (and a traceback logged at most once per API, error type and 10 s:
+:mod:`strom.ratelimit`) so that no Python traceback reaches a client as a bare
 error. Handlers are ``async def handle(core, request) -> response`` and never see the context.
 """
 
@@ -34,8 +35,10 @@ from strom.protocol.v1 import (
     group_pb2_grpc,
     replica_pb2,
 )
+from strom.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
+_unexpected = RateLimitedLog(log)
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -60,7 +63,8 @@ async def call(core: BrokerCore, api: str, handler: Callable[[BrokerCore, Req], 
         raise
     except Exception as exc:
         result = ErrorCode.UNKNOWN_SERVER_ERROR.name
-        log.exception("%s failed with an unexpected error", api)
+        _unexpected.error(f"{api} {type(exc).__name__}", "%s failed with an unexpected error",
+                          api, exc_info=True)
         await _abort(context, StromError(
             ErrorCode.UNKNOWN_SERVER_ERROR,
             f"{api} failed inside the broker: {type(exc).__name__}: {exc}; see the broker log"))

@@ -38,6 +38,7 @@ from strom.controller.voters import parse_voters
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.status import error_info
 from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
+from strom.request_guard import RequestGuard
 from strom.shutdown import stop_on_signals
 
 __all__ = ["ControllerConfig", "QuorumService", "parse_voters", "serve"]
@@ -236,7 +237,8 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
+        interceptors=[RequestGuard()],
     )
     address = f"{config.host}:{config.listen_port()}"
     try:

@@ -24,7 +24,7 @@ import grpc
 from strom.client import commits
 from strom.client.backoff import RetryPolicy
 from strom.client.config import parse_bootstrap, require_positive
-from strom.client.connections import Connections, rpc_error
+from strom.client.connections import Connections, now_ms, rpc_error
 from strom.client.group_admin import (
     description_from_proto,
     merge_listings,
@@ -151,13 +151,20 @@ class AsyncAdmin:
                              else self._group_stub(address) if group_rpc
                              else self._conns.admin_stub_at(address))
                 try:
-                    return await getattr(stub, method)(request, timeout=left)
+                    response = await getattr(stub, method)(request, timeout=left)
                 except grpc.RpcError as exc:
                     err = rpc_error(exc)
                     if not err.retriable:
                         raise err from None
                     last = err
+                    self._conns.bootstrap_tracker.failed(address, exc, now_ms())
+                    continue
+                self._conns.bootstrap_tracker.succeeded()
+                return response
             attempt += 1
+            unreachable = self._conns.bootstrap_tracker.give_up(now_ms())
+            if unreachable is not None:
+                raise unreachable
             left = deadline - time.monotonic()
             if left <= 0:
                 raise last or StromError(ErrorCode.REQUEST_TIMED_OUT,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 import grpc
 import grpc.aio
 
+from strom.client.bootstrap import BootstrapTracker
 from strom.client.metadata import ClusterMetadata
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.status import from_rpc_error
@@ -29,6 +30,12 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.enable_retries", 0),
+    # Kafka's reconnect.backoff.ms / reconnect.backoff.max.ms (50 ms doubling to 1 s). gRPC's
+    # defaults (1 s growing to 120 s) would keep a channel to a restarted broker failing
+    # calls for up to two minutes, and make a refused bootstrap address look refused for a
+    # whole second at a time.
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
 
@@ -58,6 +65,7 @@ class Connections:
         self._refresh: asyncio.Future[None] | None = None
         self._rr = itertools.count()
         self.topics: set[str] = set()  # topics this client routes for (the Metadata request)
+        self.bootstrap_tracker = BootstrapTracker(self.bootstrap)
         self.closed = False
 
     def channel(self, address: str) -> grpc.aio.Channel:
@@ -132,10 +140,13 @@ class Connections:
                     request, timeout=self.request_timeout_s)
             except grpc.RpcError as exc:
                 last = rpc_error(exc)
+                self.bootstrap_tracker.failed(address, exc, now_ms())
                 continue
+            self.bootstrap_tracker.succeeded()
             self.metadata.update(response, now_ms(), requested=topics or None)
             return
-        raise last or StromError(ErrorCode.NETWORK_EXCEPTION, "no broker address to ask")
+        raise (self.bootstrap_tracker.give_up(now_ms()) or last
+               or StromError(ErrorCode.NETWORK_EXCEPTION, "no broker address to ask"))
 
     async def close(self) -> None:
         self.closed = True

@@ -6,12 +6,15 @@ runs each of them after a metadata barrier (``AdminService._call``), so a topic 
 another broker a moment ago is known here.
 
 - CreateTopics: Kafka's name rules, partitions and replication factor (-1 = broker default),
-  Kafka-named configs, ``validate_only``; a name given twice in one request fails both entries
+  Kafka-named configs, ``validate_only``; at most ``max.partitions.per.request`` partitions per
+  topic (INVALID_PARTITIONS) and per request (POLICY_VIOLATION for the topics past it); a name
+  given twice in one request fails both entries
   (INVALID_REQUEST), as Kafka does.
 - DeleteTopics: closes and deletes the logs; waiting fetches wake and see the topic gone.
 - DescribeTopics: partitions with leader, epoch, replicas, ISR, offsets, high watermark and size;
   ``configs`` holds only the topic-level overrides.
-- CreatePartitions: grow only (INVALID_PARTITIONS otherwise); ``validate_only``.
+- CreatePartitions: grow only, by at most ``max.partitions.per.request`` (INVALID_PARTITIONS
+  otherwise); ``validate_only``.
 - DescribeConfigs: TOPIC (every topic config with its source) and BROKER (every static key;
   the name must be this broker's id, or empty).
 - AlterConfigs: incremental set/delete of topic configs, validated whole before anything
@@ -56,6 +59,7 @@ async def create_topics(core: BrokerCore, request: admin_pb2.CreateTopicsRequest
                         ) -> admin_pb2.CreateTopicsResponse:
     response = admin_pb2.CreateTopicsResponse()
     counts = collections.Counter(t.name for t in request.topics)
+    total = 0
     for new in request.topics:
         result = response.results.add(name=new.name)
         try:
@@ -65,6 +69,8 @@ async def create_topics(core: BrokerCore, request: admin_pb2.CreateTopicsRequest
                                  f"request; name each topic once")
             plan = core.topics.plan_topic(new.name, new.num_partitions,
                                           new.replication_factor, dict(new.configs))
+            core.topics.check_request_total(total + plan.partitions)
+            total += plan.partitions
             if not request.validate_only:
                 await core.topics.create(plan)
         except StromError as err:

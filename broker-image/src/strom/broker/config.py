@@ -78,6 +78,11 @@ _KEYS: tuple[_Key, ...] = (
     _Key("num.partitions", "int", 1, 1, 100_000, "Default partition count of new topics."),
     _Key("default.replication.factor", "int", 1, 1, 32767,
          "Default replication factor of new topics."),
+    _Key("max.partitions.per.request", "int", 10_000, 1, 1_000_000,
+         "The most partitions one CreateTopics request (summed over its topics) or one "
+         "CreatePartitions request may add; more is refused with INVALID_PARTITIONS / "
+         "POLICY_VIOLATION before any work. Kafka bounds every metadata operation to 10,000 "
+         "records (QuorumController.MAX_RECORDS_PER_USER_OP)."),
     _Key("auto.create.topics.enable", "bool", False,
          doc="Create unknown topics on produce/metadata requests."),
     _Key("log.segment.bytes", "int", None, doc="Default segment.bytes of topics."),
@@ -226,6 +231,10 @@ class BrokerConfig:
     @property
     def num_partitions(self) -> int:
         return int(self.values["num.partitions"])
+
+    @property
+    def max_partitions_per_request(self) -> int:
+        return int(self.values["max.partitions.per.request"])
 
     @property
     def default_replication_factor(self) -> int:

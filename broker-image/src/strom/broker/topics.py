@@ -2,7 +2,8 @@
 
 :class:`TopicManager` validates like Kafka (topic names ``[a-zA-Z0-9._-]{1,249}``, not ``.`` or
 ``..``, no collision between names that differ only in ``.`` vs ``_``; partitions >= 1;
-replication factor <= live brokers; configs through the storage layer's Kafka-named parser),
+replication factor <= live brokers; at most ``max.partitions.per.request`` partitions added
+by one request; configs through the storage layer's Kafka-named parser),
 places replicas rack-aware over the live brokers (``assign_replicas``)
 and proposes the change to the controller quorum. It returns once the change is applied on this
 broker; logs are created and deleted by the metadata publisher on EVERY broker that hosts the
@@ -135,6 +136,7 @@ class TopicManager:
                              f"num_partitions={num_partitions} is invalid; use a count >= 1, or "
                              f"-1 for the broker default (num.partitions="
                              f"{self._config.num_partitions})")
+        self._check_partition_limit(name, partitions, f"num_partitions={partitions}")
         rf = (self._config.default_replication_factor if replication_factor == -1
               else replication_factor)
         if rf < 1:
@@ -151,6 +153,26 @@ class TopicManager:
         layout = assign_replicas(partitions, rf, racks, start_index=random.randrange(len(racks)))
         return TopicPlan(name, partitions, rf, dict(configs), log_config,
                          tuple(tuple(r) for r in layout))
+
+    def _check_partition_limit(self, name: str, adding: int, asked: str) -> None:
+        """INVALID_PARTITIONS when one topic asks for more than one request may add: bounded
+        before any placement, so a count of 2**31-1 costs nothing."""
+        limit = self._config.max_partitions_per_request
+        if adding > limit:
+            raise StromError(ErrorCode.INVALID_PARTITIONS,
+                             f"topic {name!r}: {asked} would add {adding} partitions; one request "
+                             f"may add at most {limit} (max.partitions.per.request): ask for "
+                             f"fewer, and grow the topic with further CreatePartitions requests")
+
+    def check_request_total(self, total: int) -> None:
+        """POLICY_VIOLATION when a CreateTopics request adds more partitions in all than
+        ``max.partitions.per.request`` (Kafka: "excessively large batch operation")."""
+        limit = self._config.max_partitions_per_request
+        if total > limit:
+            raise StromError(ErrorCode.POLICY_VIOLATION,
+                             f"this request would create {total} partitions in all; one request "
+                             f"may create at most {limit} (max.partitions.per.request): split "
+                             f"the topics over several requests")
 
     async def create(self, plan: TopicPlan) -> TopicRecord:
         await self._propose(CreateTopic(plan.name, str(uuid.uuid4()), plan.assignments,
@@ -198,6 +220,8 @@ class TopicManager:
                              f"topic {name!r} has {record.partitions} partitions and "
                              f"new_total_count={new_total}; partitions can only grow: ask for "
                              f"more than {record.partitions}")
+        self._check_partition_limit(name, new_total - record.partitions,
+                                    f"new_total_count={new_total}")
         racks = self._racks()
         if record.replication_factor > len(racks):
             raise StromError(ErrorCode.INVALID_REPLICATION_FACTOR,

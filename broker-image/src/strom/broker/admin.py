@@ -163,7 +163,7 @@ async def describe_configs(core: BrokerCore, request: admin_pb2.DescribeConfigsR
 
 def _topic_configs(core: BrokerCore, name: str, result: admin_pb2.ResourceConfigs) -> None:
     record = core.topics.topic(name)
-    config = core.topics.log_config(name)
+    config = core.topics.configured_log_config(name)
     broker_set = {TOPIC_DEFAULT_KEYS[k] for k in core.config.explicit if k in TOPIC_DEFAULT_KEYS}
     for key, value, is_default in topic_config_entries(config, record.configs):
         if not is_default:

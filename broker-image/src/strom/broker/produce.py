@@ -25,12 +25,13 @@ import asyncio
 
 from strom.broker.core import BrokerCore
 from strom.broker.requests import require_topic_names
+from strom.broker.topics import INTERNAL_TOPICS
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import PartitionDataLike, ProduceRequestLike
 from strom.protocol.v1 import broker_pb2
 
 VALID_ACKS = (-1, 0, 1)
-PRODUCE_FORBIDDEN = frozenset({"__consumer_offsets"})
+PRODUCE_FORBIDDEN = INTERNAL_TOPICS
 """Kafka's internal topics that only the broker writes (other ``__`` topics are ordinary)."""
 DEFAULT_TIMEOUT_MS = 30_000
 

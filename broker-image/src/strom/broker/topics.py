@@ -26,7 +26,7 @@ import random
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from strom.broker.config import BrokerConfig
 from strom.broker.metadata import ClusterMetadata, TopicRecord
@@ -38,6 +38,7 @@ from strom.controller.metadata import (
     DeleteTopic,
 )
 from strom.controller.placement import assign_replicas
+from strom.groups.offsets import OFFSETS_TOPIC
 from strom.protocol.errors import ErrorCode, StromError
 from strom.storage.config import TOPIC_CONFIG_DEFS, LogConfig, parse_topic_configs
 
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 Propose = Callable[[Command], Awaitable[int]]
 
 MAX_TOPIC_NAME = 249
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+"""Kafka's internal topics: only the broker writes them (with acks=all), clients may not."""
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -65,6 +68,23 @@ def validate_topic_name(name: str) -> None:
         raise StromError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                          f"topic name {name!r} contains {''.join(bad)!r}; use only ASCII "
                          f"letters, digits, '.', '_' and '-'")
+
+
+def effective_log_config(name: str, replication_factor: int, config: LogConfig) -> LogConfig:
+    """``config`` as the broker applies it to topic ``name`` of ``replication_factor``.
+
+    An internal topic's ``min.insync.replicas`` is capped at its replication factor: the
+    cluster-wide default (say 2) must not make the broker's own writes impossible when the topic
+    was created with fewer replicas (``offsets.topic.replication.factor`` is capped at the live
+    brokers, so a one-broker cluster grown to five still has ``__consumer_offsets`` at RF 1
+    until a reassignment raises it). Other topics keep the configured value, as in Kafka: an
+    ``acks=all`` write to them is refused with NOT_ENOUGH_REPLICAS, which tells the user.
+    """
+    if name not in INTERNAL_TOPICS or replication_factor <= 0:
+        return config
+    if config.min_insync_replicas <= replication_factor:
+        return config
+    return replace(config, min_insync_replicas=replication_factor)
 
 
 def _collision_key(name: str) -> str:
@@ -88,7 +108,7 @@ class TopicManager:
         self._config = config
         self._metadata = metadata
         self._propose = propose
-        self._log_configs: dict[str, tuple[TopicRecord, LogConfig]] = {}
+        self._log_configs: dict[str, tuple[TopicRecord, LogConfig, LogConfig]] = {}
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -100,7 +120,8 @@ class TopicManager:
         return record
 
     def log_config(self, name: str) -> LogConfig:
-        """The effective LogConfig of a topic (broker defaults + topic overrides).
+        """The effective LogConfig of a topic (broker defaults + topic overrides, then
+        :func:`effective_log_config`).
 
         The one cache of it in the broker (produce checks, the publisher's logs, the group
         coordinator): parsed again only when the topic's configs change."""
@@ -108,11 +129,17 @@ class TopicManager:
         cached = self._log_configs.get(name)
         if cached is None or cached[0] is not record:
             if cached is None or cached[0].configs != record.configs:
-                config = parse_topic_configs(record.configs, base=self._config.topic_defaults)
+                configured = parse_topic_configs(record.configs, base=self._config.topic_defaults)
             else:
-                config = cached[1]
-            cached = self._log_configs[name] = (record, config)
-        return cached[1]
+                configured = cached[1]
+            effective = effective_log_config(name, record.replication_factor, configured)
+            cached = self._log_configs[name] = (record, configured, effective)
+        return cached[2]
+
+    def configured_log_config(self, name: str) -> LogConfig:
+        """The LogConfig as configured (what DescribeConfigs shows), before any cap."""
+        self.log_config(name)
+        return self._log_configs[name][1]
 
     def _racks(self) -> dict[int, str | None]:
         return {b.broker_id: b.rack or None for b in self._metadata.live_brokers()}

@@ -1,20 +1,19 @@
-"""Start and stop a peer server process; always stopped, even when a workload fails."""
+"""Start and stop a peer server process; always stopped, even when a workload fails.
+
+The launching is :mod:`strom.testing.process` (the project's one launcher); this module adds what
+only the benchmarks need: finding a peer's binary and sampling a process's memory.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from strom.testing.process import ManagedProcess, free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["RssSampler", "find_binary", "free_port", "rss_bytes", "server"]
 
 
 def find_binary(name: str, extra_dirs: tuple[str, ...] = ("/usr/sbin", "/usr/bin")) -> str | None:
@@ -30,26 +29,16 @@ def find_binary(name: str, extra_dirs: tuple[str, ...] = ("/usr/sbin", "/usr/bin
 
 @contextlib.contextmanager
 def server(cmd: list[str], log: Path, ready: Callable[[], bool], timeout_s: float = 30
-           ) -> Iterator[subprocess.Popen[bytes]]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+           ) -> Iterator[ManagedProcess]:
+    """Start a peer server (:class:`strom.testing.process.ManagedProcess`: log to ``log``,
+    bounded wait on ``ready`` with the log tail on failure), yield it, always stop it."""
+    proc = ManagedProcess(cmd, log, name=Path(cmd[0]).name)
+    proc.start()
     try:
-        deadline = time.monotonic() + timeout_s
-        while not ready():
-            if proc.poll() is not None:
-                raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}: "
-                                   f"{log.read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{cmd[0]} not ready after {timeout_s}s")
-            time.sleep(0.05)
+        proc.wait_ready(ready, timeout_s)
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        proc.stop(timeout=10)
 
 
 def rss_bytes(pid: int) -> int:

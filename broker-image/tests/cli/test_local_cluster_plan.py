@@ -13,6 +13,8 @@ import pytest
 
 from strom.cli import localcluster as lc
 from strom.cli.errors import CliError, UsageError
+from strom.testing import process
+from strom.testing.process import ManagedProcess
 
 
 def always_free(host: str, port: int) -> bool:
@@ -153,7 +155,7 @@ def test_stop_sends_sigterm_then_sigkill(tmp_path: Path, ignore_term: bool, outc
         state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
         state.brokers[0].pid = proc.pid
         assert lc.is_our_broker(proc.pid)
-        lc._CHILDREN[proc.pid] = proc  # reaped like brokers this process spawned
+        process._CHILDREN[proc.pid] = proc  # reaped like brokers this process spawned
         started = time.monotonic()
         (result,) = lc.stop_cluster(state, timeout=1.0)
         assert result.outcome == outcome
@@ -196,12 +198,13 @@ def test_wait_ready_fails_fast_with_the_last_log_line_when_a_broker_dies(tmp_pat
     state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
     b = state.brokers[0]
     Path(b.dir).mkdir(parents=True)
-    b.log_file.write_text("starting\nConfigError: port=x is not an integer\n")
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    b.pid = proc.pid
+    dying = ManagedProcess(
+        [sys.executable, "-c", "print('starting'); print('ConfigError: port=x is not an integer')"],
+        b.log_file, name="broker 0").start()
+    started = time.monotonic()
     with pytest.raises(CliError, match="exited during start-up: ConfigError: port=x"):
-        lc.wait_ready(state, timeout=5)
+        lc.wait_ready(state, [dying], timeout=30)
+    assert time.monotonic() - started < 10
 
 
 def test_status_of_a_recorded_cluster_that_is_not_running(tmp_path: Path) -> None:

@@ -24,20 +24,27 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
-import signal
 import socket
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from strom.cli.errors import CliError, UsageError
+from strom.testing.broker import probe_ready as probe_ready_url
+from strom.testing.process import (
+    ManagedProcess,
+    ProcessStartError,
+    StopOutcome,
+    log_tail,
+    pid_alive,
+    pid_runs,
+    stop_pids,
+    wait_all_ready,
+)
+from strom.testing.process import free_port as _free_port
 
 STATE_FILE = "cluster.json"
 LOCK_FILE = ".lock"
@@ -151,9 +158,7 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return _free_port(host)
 
 
 def pick_ports(
@@ -286,128 +291,77 @@ def locked(data_dir: Path) -> Iterator[None]:
 # --- processes --------------------------------------------------------------------------------
 
 
-def pid_alive(pid: int | None) -> bool:
-    """True if ``pid`` runs (a zombie, dead but not reaped, counts as not running)."""
-    if not pid or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc (not Linux): trust kill(0)
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
+#: Marker every ``strom dev`` broker's command line carries: a PID read back from
+#: ``cluster.json`` is only signalled while it still runs a broker.
+BROKER_MARKER = "strom.broker"
 
 def is_our_broker(pid: int | None) -> bool:
     """True if ``pid`` is alive and (where /proc exists) runs ``strom.broker``."""
-    if not pid_alive(pid):
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    return b"strom.broker" in cmdline
+    return pid_runs(pid, BROKER_MARKER)
 
 
 def probe_ready(spec: BrokerSpec, timeout: float = 1.0) -> bool:
-    try:
-        with urllib.request.urlopen(spec.ready_url, timeout=timeout) as resp:
-            return int(resp.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return probe_ready_url(spec.ready_url, timeout)
 
 
-def last_log_line(path: Path, limit: int = 200) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 8192))
-            lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    if not lines:
-        return ""
-    text = lines[-1].decode("utf-8", errors="replace")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def broker_process(spec: BrokerSpec, overrides: Mapping[str, str] | None = None,
+                   cluster: Mapping[str, str] | None = None) -> ManagedProcess:
+    """The detached process of one broker (it outlives this command; ``down`` stops it)."""
+    return ManagedProcess(broker_command(spec, overrides, cluster), spec.log_file,
+                          name=f"broker {spec.broker_id}", env={"PYTHONUNBUFFERED": "1"},
+                          cwd=spec.dir, detach=True)
 
 
 def spawn_broker(spec: BrokerSpec, overrides: Mapping[str, str] | None = None,
-                 cluster: Mapping[str, str] | None = None) -> int:
-    """Start one detached broker process; return its PID (also written to its pid file)."""
+                 cluster: Mapping[str, str] | None = None) -> ManagedProcess:
+    """Start one detached broker process; its PID is in ``spec.pid`` and its pid file."""
     spec.data_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    with open(spec.log_file, "ab") as log:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        log.write(f"--- strom dev: starting broker {spec.broker_id} at {stamp} ---\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            broker_command(spec, overrides, cluster),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            cwd=spec.dir, env=env, start_new_session=True, close_fds=True,
-        )
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    proc = broker_process(spec, overrides, cluster).start(
+        banner=f"--- strom dev: starting broker {spec.broker_id} at {stamp} ---")
     spec.pid = proc.pid
     spec.pid_file.write_text(f"{proc.pid}\n")
-    _CHILDREN[proc.pid] = proc
-    return proc.pid
+    return proc
 
 
-#: Processes this interpreter started, so they can be reaped (no zombies in long-lived callers).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-
-
-def _reap(pid: int | None) -> None:
-    proc = _CHILDREN.get(pid or -1)
-    if proc is not None and proc.poll() is not None:
-        _CHILDREN.pop(proc.pid, None)
+def _exited(spec: BrokerSpec, during: str) -> CliError:
+    lines = [ln.strip() for ln in log_tail(spec.log_file).splitlines() if ln.strip()]
+    line = lines[-1] if lines else ""
+    if len(line) > 200:
+        line = line[:197] + "..."
+    return CliError(f"broker {spec.broker_id} exited {during}" + (f": {line}" if line else "")
+                    + f" (full log: {spec.log_file})")
 
 
 def wait_ready(
-    state: ClusterState, timeout: float, progress: Progress = _quiet, poll: float = 0.1
+    state: ClusterState, processes: list[ManagedProcess], timeout: float,
+    progress: Progress = _quiet, poll: float = 0.1,
 ) -> float:
     """Block until every broker answers /readyz; return the seconds it took.
 
-    Fails fast, with the broker's last log line, if a broker process exits meanwhile.
+    ``processes`` are the brokers' processes, as :func:`spawn_broker` returned them. Fails fast,
+    with the broker's last log line, if a broker process exits meanwhile.
     """
-    start = time.monotonic()
-    pending = list(state.brokers)
-    last_note = start
-    while pending:
-        for spec in list(pending):
-            _reap(spec.pid)
-            if not pid_alive(spec.pid):
-                line = last_log_line(spec.log_file)
-                raise CliError(
-                    f"broker {spec.broker_id} exited during start-up"
-                    + (f": {line}" if line else "")
-                    + f" (full log: {spec.log_file})"
-                )
-            if probe_ready(spec, timeout=0.5):
-                pending.remove(spec)
-                progress(f"broker {spec.broker_id} ready on {spec.address} "
-                         f"({time.monotonic() - start:.1f} s)")
-        if not pending:
-            break
-        now = time.monotonic()
-        if now - start > timeout:
-            ids = ", ".join(str(s.broker_id) for s in pending)
-            raise CliError(
-                f"broker(s) {ids} not ready after {timeout:.0f} s; see "
-                f"{pending[0].log_file} (raise the limit with --timeout)"
-            )
-        if now - last_note >= 2:
-            progress(f"waiting for {len(pending)} broker(s)... {now - start:.0f} s")
-            last_note = now
-        time.sleep(poll)
-    return time.monotonic() - start
+    by_name = {f"broker {s.broker_id}": s for s in state.brokers}
+
+    def note(proc: ManagedProcess | None, elapsed: float, pending: int) -> None:
+        if proc is None:
+            progress(f"waiting for {pending} broker(s)... {elapsed:.0f} s")
+        else:
+            spec = by_name[proc.name]
+            progress(f"broker {spec.broker_id} ready on {spec.address} ({elapsed:.1f} s)")
+
+    try:
+        return wait_all_ready(processes, lambda p: probe_ready(by_name[p.name], timeout=0.5),
+                              timeout, interval=poll, progress=note)
+    except ProcessStartError as err:
+        spec = by_name[err.name]
+        if err.returncode is not None:
+            raise _exited(spec, "during start-up") from None
+        ids = ", ".join(str(s.broker_id) for s in state.brokers if not probe_ready(s, 0.2))
+        raise CliError(
+            f"broker(s) {ids or spec.broker_id} not ready after {timeout:.0f} s; see "
+            f"{spec.log_file} (raise the limit with --timeout)") from None
 
 
 def start_cluster(
@@ -416,14 +370,16 @@ def start_cluster(
     """Spawn every broker of ``state``, record it, wait for readiness (stop all on failure)."""
     Path(state.data_dir).mkdir(parents=True, exist_ok=True)
     try:
+        processes = []
         for spec in state.brokers:
             Path(spec.dir).mkdir(parents=True, exist_ok=True)
-            pid = spawn_broker(spec, state.overrides, state.cluster_config)
-            progress(f"started broker {spec.broker_id} (pid {pid}) on {spec.address}, "
+            proc = spawn_broker(spec, state.overrides, state.cluster_config)
+            processes.append(proc)
+            progress(f"started broker {spec.broker_id} (pid {proc.pid}) on {spec.address}, "
                      f"metrics on :{spec.metrics_port}, log {spec.log_file}")
         save_state(state)
         start = time.monotonic()
-        wait_ready(state, timeout, progress)
+        wait_ready(state, processes, timeout, progress)
         if len(state.brokers) > 1:
             wait_registered(state, max(1.0, timeout - (time.monotonic() - start)), progress)
         return time.monotonic() - start
@@ -466,11 +422,8 @@ def wait_registered(state: ClusterState, timeout: float, progress: Progress = _q
         except Exception as err:  # not answering yet counts as none registered
             last_error = f" (last error: {' '.join(str(err).split())[:160]})"
         for spec in state.brokers:
-            _reap(spec.pid)
             if not pid_alive(spec.pid):
-                line = last_log_line(spec.log_file)
-                raise CliError(f"broker {spec.broker_id} exited while joining the cluster"
-                               + (f": {line}" if line else "") + f" (full log: {spec.log_file})")
+                raise _exited(spec, "while joining the cluster")
         if wanted <= seen:
             progress(f"all {len(wanted)} brokers registered with the controller "
                      f"({time.monotonic() - start:.1f} s)")
@@ -492,48 +445,29 @@ def wait_registered(state: ClusterState, timeout: float, progress: Progress = _q
 class StopResult:
     broker_id: int
     pid: int | None
-    outcome: str  # "stopped" | "killed" | "not running"
+    outcome: StopOutcome
 
 
 def stop_cluster(
     state: ClusterState, timeout: float = 15.0, progress: Progress = _quiet
 ) -> list[StopResult]:
     """SIGTERM every live broker, SIGKILL those still alive after ``timeout`` seconds."""
-    results: dict[int, StopResult] = {}
-    running = []
+    by_pid = {s.pid: s for s in state.brokers if s.pid is not None}
     for spec in state.brokers:
-        if spec.pid is not None and is_our_broker(spec.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(spec.pid, signal.SIGTERM)
-            running.append(spec)
+        if is_our_broker(spec.pid):
             progress(f"stopping broker {spec.broker_id} (pid {spec.pid})")
-        else:
-            results[spec.broker_id] = StopResult(spec.broker_id, spec.pid, "not running")
-    deadline = time.monotonic() + timeout
-    while running and time.monotonic() < deadline:
-        for spec in list(running):
-            _reap(spec.pid)
-            if not pid_alive(spec.pid):
-                running.remove(spec)
-                results[spec.broker_id] = StopResult(spec.broker_id, spec.pid, "stopped")
-        if running:
-            time.sleep(0.05)
-    for spec in running:
-        progress(f"broker {spec.broker_id} (pid {spec.pid}) ignored SIGTERM for "
+
+    def killing(pid: int) -> None:
+        progress(f"broker {by_pid[pid].broker_id} (pid {pid}) ignored SIGTERM for "
                  f"{timeout:.0f} s; killing it")
-        with contextlib.suppress(ProcessLookupError):
-            assert spec.pid is not None
-            os.kill(spec.pid, signal.SIGKILL)
-        for _ in range(100):
-            _reap(spec.pid)
-            if not pid_alive(spec.pid):
-                break
-            time.sleep(0.02)
-        results[spec.broker_id] = StopResult(spec.broker_id, spec.pid, "killed")
+
+    outcomes = stop_pids([s.pid for s in state.brokers], timeout, marker=BROKER_MARKER,
+                         on_kill=killing)
     for spec in state.brokers:
         with contextlib.suppress(FileNotFoundError):
             spec.pid_file.unlink()
-    return [results[s.broker_id] for s in state.brokers]
+    return [StopResult(s.broker_id, s.pid, outcome)
+            for s, outcome in zip(state.brokers, outcomes, strict=True)]
 
 
 @dataclass

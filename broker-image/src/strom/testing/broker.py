@@ -3,8 +3,9 @@
 A :class:`BrokerProcess` runs ``python -m strom.broker`` as a child process on 127.0.0.1 with free
 ports and a data directory of the test's choosing, waits until ``/readyz`` says it serves (bounded
 time; on failure the error includes the tail of the child's stderr, which is captured to
-``<data dir>/broker-<id>.stderr.log``), and offers the real faults: :meth:`~BrokerProcess.kill`
-(SIGKILL), :meth:`~BrokerProcess.terminate` (SIGTERM, graceful), :meth:`~BrokerProcess.pause` /
+``<data dir>/broker-<id>.stderr.log``; the process plumbing is :mod:`strom.testing.process`),
+and offers the real faults: :meth:`~BrokerProcess.kill` (SIGKILL),
+:meth:`~BrokerProcess.terminate` (SIGTERM, graceful), :meth:`~BrokerProcess.pause` /
 :meth:`~BrokerProcess.resume` (SIGSTOP / SIGCONT: a paused broker looks partitioned) and
 :meth:`~BrokerProcess.restart` (same ports, same data). The process is always stopped: by
 ``__exit__``, by :meth:`~BrokerProcess.stop`, and by a finalizer if the object is dropped.
@@ -26,18 +27,21 @@ pass ``config={"log.retention.ms": "1000"}`` for exact keys. pytest is imported 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
+
+from strom.testing.process import (
+    STOP_TIMEOUT_S,
+    ManagedProcess,
+    ProcessStartError,
+    free_port,
+    free_ports,
+)
 
 __all__ = [
     "BrokerHandle",
@@ -52,35 +56,9 @@ __all__ = [
 ]
 
 STARTUP_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 15.0
 
-
-class BrokerStartError(RuntimeError):
-    """The broker did not become ready; the message ends with its stderr tail."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind to port 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct free ports, all held open while choosing so none is handed out twice.
-
-    A cluster needs its ports before any broker starts (each voter names the others' ports).
-    """
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(sock)
-            sock.bind((host, 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+#: The broker did not become ready; the message ends with its log tail.
+BrokerStartError = ProcessStartError
 
 
 def config_from_kwargs(kwargs: Mapping[str, object]) -> dict[str, str]:
@@ -88,11 +66,13 @@ def config_from_kwargs(kwargs: Mapping[str, object]) -> dict[str, str]:
     return {key.replace("_", "."): _str(value) for key, value in kwargs.items()}
 
 
-def _kill_quietly(pid: int) -> None:
-    """Finalizer: SIGCONT (in case it is paused) then SIGKILL, ignoring a gone process."""
-    for sig in (signal.SIGCONT, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
+def probe_ready(ready_url: str, timeout: float = 1.0) -> bool:
+    """True if a broker's metrics server answers ``/readyz`` with 200."""
+    try:
+        with urllib.request.urlopen(ready_url, timeout=timeout) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 class BrokerProcess:
@@ -124,10 +104,10 @@ class BrokerProcess:
         if self.port == 0 or self.metrics_port == 0:
             raise ValueError("BrokerProcess needs fixed ports (port=0 / metrics.port=0 would "
                              "hide where the broker listens); leave them unset for free ones")
-        self._env = dict(env or {})
         self.stderr_path = self.data_dir / f"broker-{broker_id}.stderr.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._process = ManagedProcess(
+            self.command(), self.stderr_path, name=f"broker {broker_id}",
+            env={"PYTHONUNBUFFERED": "1", **dict(env or {})})
         self.paused = False
 
     # -- addresses ----------------------------------------------------------------------------
@@ -154,16 +134,14 @@ class BrokerProcess:
 
     @property
     def pid(self) -> int:
-        if self._proc is None:
-            raise RuntimeError("broker not started")
-        return self._proc.pid
+        return self._process.pid
 
     @property
     def returncode(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
+        return self._process.returncode
 
     def is_alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._process.is_alive()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -177,18 +155,9 @@ class BrokerProcess:
         if self.is_alive():
             raise RuntimeError(f"broker {self.broker_id} is already running (pid {self.pid})")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env.update(self._env)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        with open(self.stderr_path, "ab") as stderr:
-            stderr.write(f"--- start {time.strftime('%H:%M:%S')}: {' '.join(self.command())}\n"
-                         .encode())
-            stderr.flush()
-            self._proc = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
-                env=env, start_new_session=True)
+        self._process.argv = self.command()
+        self._process.start()
         self.paused = False
-        self._finalizer = weakref.finalize(self, _kill_quietly, self._proc.pid)
         if wait:
             try:
                 self.wait_ready()
@@ -198,90 +167,49 @@ class BrokerProcess:
         return self
 
     def wait_ready(self, timeout: float | None = None) -> None:
-        """Poll ``/readyz`` until 200; raise BrokerStartError with the stderr tail otherwise."""
-        deadline = time.monotonic() + (self.startup_timeout if timeout is None else timeout)
-        while time.monotonic() < deadline:
-            if not self.is_alive():
-                raise BrokerStartError(
-                    f"broker {self.broker_id} exited with code {self.returncode} during start"
-                    f"\n--- stderr tail ({self.stderr_path}):\n{self.stderr_tail()}")
-            if self.is_ready():
-                return
-            time.sleep(0.05)
-        raise BrokerStartError(
-            f"broker {self.broker_id} was not ready within "
-            f"{self.startup_timeout if timeout is None else timeout:.0f}s"
-            f"\n--- stderr tail ({self.stderr_path}):\n{self.stderr_tail()}")
+        """Poll ``/readyz`` until 200; raise BrokerStartError with the log tail otherwise."""
+        self._process.wait_ready(self.is_ready,
+                                 self.startup_timeout if timeout is None else timeout)
 
     def is_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.ready_url, timeout=1) as resp:
-                return bool(resp.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        return probe_ready(self.ready_url)
 
     def stderr_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.stderr_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return "(no stderr captured)"
-        return "\n".join(text.splitlines()[-lines:])
+        return self._process.log_tail(lines)
 
     def kill(self) -> None:
         """SIGKILL (kill -9) and reap; no flush, no clean-shutdown marker."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        _kill_quietly(proc.pid)
-        proc.wait(timeout=STOP_TIMEOUT_S)
+        self._process.kill()
         self.paused = False
 
     def terminate(self, timeout: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM and wait; returns the exit code (SIGKILL after ``timeout``, then raises)."""
-        proc = self._proc
-        if proc is None:
+        if self.returncode is None and not self.is_alive():
             raise RuntimeError("broker not started")
-        if proc.poll() is None:
-            if self.paused:
-                self.resume()
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise TimeoutError(
-                    f"broker {self.broker_id} did not exit within {timeout}s of SIGTERM; "
-                    f"killed\n--- stderr tail:\n{self.stderr_tail()}") from None
-        return int(proc.returncode)
+        if self._process.stop(timeout) == "killed":
+            self.paused = False
+            raise TimeoutError(
+                f"broker {self.broker_id} did not exit within {timeout}s of SIGTERM; "
+                f"killed\n--- stderr tail:\n{self.stderr_tail()}")
+        self.paused = False
+        code = self.returncode
+        assert code is not None
+        return int(code)
 
     def signal_stop(self) -> None:
         """SIGTERM without waiting (stop several brokers at once; then :meth:`wait_stopped`)."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
         if self.paused:
             self.resume()
-        proc.send_signal(signal.SIGTERM)
+        self._process.send_signal(signal.SIGTERM)
 
     def wait_stopped(self, timeout: float = STOP_TIMEOUT_S) -> bool:
         """Wait for the process to exit; True if it did (or never ran)."""
-        proc = self._proc
-        if proc is None:
-            return True
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+        return self._process.wait_stopped(timeout)
 
     def stop(self) -> None:
         """Graceful stop if possible, kill otherwise; never raises for a dead process."""
-        if not self.is_alive():
-            return
-        try:
-            self.terminate()
-        except (TimeoutError, OSError):
-            self.kill()
+        self._process.stop()
+        self.paused = False
 
     def restart(self, *, kill: bool = False) -> BrokerProcess:
         """Stop (SIGTERM, or SIGKILL with ``kill=True``) and start again on the same ports."""
@@ -293,11 +221,11 @@ class BrokerProcess:
 
     def pause(self) -> None:
         """SIGSTOP: the process holds its sockets but answers nothing."""
-        os.kill(self.pid, signal.SIGSTOP)
+        self._process.send_signal(signal.SIGSTOP)
         self.paused = True
 
     def resume(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
+        self._process.send_signal(signal.SIGCONT)
         self.paused = False
 
     def __enter__(self) -> BrokerProcess:

@@ -37,13 +37,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from strom.testing.broker import (
     STARTUP_TIMEOUT_S,
-    STOP_TIMEOUT_S,
     BrokerProcess,
     BrokerStartError,
     config_from_kwargs,
     config_value,
-    free_ports,
 )
+from strom.testing.process import STOP_TIMEOUT_S, free_ports
 
 if TYPE_CHECKING:
     import grpc

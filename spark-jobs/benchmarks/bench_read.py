@@ -42,7 +42,8 @@ def broker_process(data_dir: Path) -> Iterator[str]:
     with open(data_dir / "broker.log", "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "strom.broker", "--set", f"port={port}", "--set",
-             "metrics.port=0", "--set", f"log.dirs={data_dir / 'data'}"],
+             "metrics.port=0", "--set", "listeners=PLAINTEXT://127.0.0.1:0", "--set",
+             f"log.dirs={data_dir / 'data'}"],
             stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 30

@@ -37,7 +37,8 @@ def _broker_process(data_dir: Path) -> Iterator[str]:
     log = open(data_dir / "broker.log", "wb")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
         [sys.executable, "-m", "strom.broker", "--set", f"port={port}", "--set",
-         "metrics.port=0", "--set", f"log.dirs={data_dir / 'data'}", "--set",
+         "metrics.port=0", "--set", "listeners=PLAINTEXT://127.0.0.1:0", "--set",
+         f"log.dirs={data_dir / 'data'}", "--set",
          "log.retention.check.interval.ms=500"],
         stdout=log, stderr=subprocess.STDOUT)
     bootstrap = f"127.0.0.1:{port}"

@@ -269,7 +269,7 @@ def test_metrics_and_health_endpoints(stubs: Stubs, broker: BrokerProcess) -> No
                  "strom_broker_bytes_out_total{topic=\"m\"}",
                  "strom_broker_messages_in_total{topic=\"m\"} 2.0",
                  "strom_broker_messages_out_total{topic=\"m\"} 2.0",
-                 "strom_broker_requests_total{api=\"Produce\",result=\"ok\"}",
+                 "strom_broker_requests_total{api=\"Produce\",listener=\"grpc\",result=\"ok\"}",
                  "strom_broker_request_duration_seconds_bucket",
                  "strom_log_size_bytes{partition=\"0\",topic=\"m\"}",
                  "strom_log_end_offset{partition=\"0\",topic=\"m\"} 2.0",

@@ -38,8 +38,8 @@ async def _traffic(core: BrokerCore) -> bytes:
                                         records=encode_batch([(None, b"v")]))]))
     await fetch.handle(core, broker_pb2.FetchRequest(min_bytes=1, partitions=[
         broker_pb2.FetchPartition(topic="t", partition=0)]))
-    core.metrics.requests.labels("Produce", "ok").inc()
-    core.metrics.request_duration.labels("Produce").observe(0.001)
+    core.metrics.requests.labels("Produce", "ok", "grpc").inc()
+    core.metrics.request_duration.labels("Produce", "grpc").observe(0.001)
     core.metrics.peer_seen("ipv4:127.0.0.1:5555")
     return bytes(generate_latest(core.metrics.registry))
 

@@ -47,7 +47,8 @@ async def test_strom_error_becomes_status_details(core: BrokerCore) -> None:
     assert context.code == grpc.StatusCode.INVALID_ARGUMENT
     assert context.error is not None and context.error.code == ErrorCode.INVALID_REQUIRED_ACKS
     value = core.metrics.registry.get_sample_value(
-        "strom_broker_requests_total", {"api": "Produce", "result": "INVALID_REQUIRED_ACKS"})
+        "strom_broker_requests_total",
+        {"api": "Produce", "result": "INVALID_REQUIRED_ACKS", "listener": "grpc"})
     assert value == 1
 
 
@@ -71,5 +72,5 @@ async def test_success_is_counted(core: BrokerCore) -> None:
 
     assert await call(core, "Metadata", handler, 1, FakeContext()) == 2  # type: ignore[arg-type]
     assert core.metrics.registry.get_sample_value(
-        "strom_broker_requests_total", {"api": "Metadata", "result": "ok"}) == 1
+        "strom_broker_requests_total", {"api": "Metadata", "result": "ok", "listener": "grpc"}) == 1
     assert core.metrics.active_peers() == 1

@@ -51,6 +51,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[dict[int, Member]]:
     for i, port in enumerate(ports):
         raw: dict[str, object] = {
             **CLUSTER_TEST_DEFAULTS, "broker.id": i, "port": port, "metrics.port": 0,
+            "listeners": "PLAINTEXT://127.0.0.1:0",
             "controller.quorum.voters": voters, "log.dirs": str(tmp_path / f"b{i}"),
             "group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 2,
             "default.replication.factor": 3, "auto.leader.rebalance.enable": False,

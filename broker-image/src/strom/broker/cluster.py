@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from strom.broker.config import BrokerConfig
+from strom.broker.listeners import GRPC_LISTENER
 from strom.controller.active import ActiveController, ControllerSettings
 from strom.controller.driver import NotControllerError, QuorumDriver
 from strom.controller.metadata import (
@@ -63,8 +64,11 @@ class ClusterLink:
     """One broker's Raft member, registration and heartbeats. ``await start()``/``stop()``."""
 
     def __init__(self, config: BrokerConfig, port: int,
-                 on_image: Callable[[MetadataImage], None]) -> None:
+                 on_image: Callable[[MetadataImage], None],
+                 listeners: tuple[Endpoint, ...] = ()) -> None:
         self.config = config
+        self.listeners = listeners
+        """Advertised endpoints besides gRPC (the Kafka listener), registered with the broker."""
         self.broker_id = config.broker_id
         self.address = f"{config.advertised_host}:{port}"
         self.port = port
@@ -264,7 +268,8 @@ class ClusterLink:
     def _registration(self) -> RegisterBroker:
         host, _, port = self.address.rpartition(":")
         return RegisterBroker(self.broker_id, self.incarnation_id,
-                              (Endpoint("grpc", host, int(port)),), self.config.rack or None)
+                              (Endpoint(GRPC_LISTENER, host, int(port)), *self.listeners),
+                              self.config.rack or None)
 
     async def _register(self, timeout_s: float) -> None:
         started = time.monotonic()

@@ -9,7 +9,7 @@ what is expected (unknown keys get the closest valid key suggested), so the CLI 
 without a traceback. Broker-level topic defaults (``log.retention.ms`` ...) are checked with the
 storage layer's own topic-config parser, so a bad default fails at start, not at the first topic.
 
-Not supported: dynamic (runtime) broker configs, listeners with several protocols, TLS, SASL.
+Not supported: dynamic (runtime) broker configs, several Kafka listeners, TLS, SASL.
 Unknown ``STROM_*`` environment variables are ignored (other tools share the prefix) but logged.
 """
 
@@ -26,6 +26,13 @@ from typing import Any
 
 import yaml
 
+from strom.broker.listeners import (
+    DEFAULT_KAFKA_LISTENER,
+    DEFAULT_KAFKA_PORT,
+    Listener,
+    ListenerError,
+    kafka_listeners,
+)
 from strom.controller.voters import parse_voters as controller_voters
 from strom.protocol.errors import StromError
 from strom.storage.config import LogConfig, parse_topic_configs
@@ -70,6 +77,12 @@ _KEYS: tuple[_Key, ...] = (
     _Key("host", "str", "127.0.0.1", doc="Address the gRPC and metrics servers bind."),
     _Key("port", "int", 9092, 0, 65535, "gRPC port (0 = any free port)."),
     _Key("advertised.host", "str", "", doc="Host clients are told to use (default: host)."),
+    _Key("listeners", "str", f"{DEFAULT_KAFKA_LISTENER}://:{DEFAULT_KAFKA_PORT}",
+         doc="The Kafka-protocol listener, NAME://HOST:PORT (empty host: host; port 0: a free "
+             "port; empty: no Kafka listener)."),
+    _Key("advertised.listeners", "str", "",
+         doc="The Kafka listener clients are told to use, NAME://HOST:PORT (default: listeners "
+             "with advertised.host and the bound port)."),
     _Key("metrics.port", "int", 9404, 0, 65535,
          "HTTP port for /metrics, /healthz, /readyz (0 = disabled)."),
     _Key("log.dirs", "list", ("./strom-data",), doc="Comma-separated data directories."),
@@ -101,7 +114,11 @@ _KEYS: tuple[_Key, ...] = (
     _Key("fetch.max.bytes", "int", 52_428_800, 1024, 2**31 - 1,
          "Largest fetch response (when the request asks for 0 = default)."),
     _Key("socket.request.max.bytes", "int", 104_857_600, 64 * 1024 * 1024, 2**31 - 1,
-         "Largest gRPC message sent or received (at least 64 MiB)."),
+         "Largest gRPC message, and largest Kafka-protocol request (a bigger one closes the "
+         "connection, as in Kafka), sent or received (at least 64 MiB)."),
+    _Key("connections.max.idle.ms", "int", 600_000, 1000, 2**31 - 1,
+         "A Kafka-protocol connection that sends no complete request (or does not read its "
+         "response) for this long is closed."),
     _Key("shutdown.timeout.ms", "int", 10_000, 0, 3_600_000,
          "Grace period for in-flight requests on SIGTERM."),
     _Key("log.level", "level", "INFO", doc="DEBUG, INFO, WARNING or ERROR."),
@@ -211,6 +228,16 @@ class BrokerConfig:
     @property
     def advertised_host(self) -> str:
         return str(self.values["advertised.host"] or self.values["host"])
+
+    @property
+    def kafka_listener(self) -> tuple[Listener, Listener] | None:
+        """(bind, advertised) of the Kafka-protocol listener; None when it is off."""
+        try:
+            return kafka_listeners(str(self.values["listeners"]),
+                                   str(self.values["advertised.listeners"]), self.host,
+                                   self.advertised_host)
+        except ListenerError as err:
+            raise ConfigError(str(err)) from None
 
     @property
     def metrics_port(self) -> int:
@@ -552,6 +579,7 @@ def parse_voters(text: str) -> dict[int, str]:
 
 
 def _check_cluster_keys(config: BrokerConfig) -> None:
+    _ = config.kafka_listener  # a bad listeners value fails at start, naming the key
     roles = config.process_roles
     bad = sorted(roles - {"broker", "controller"})
     if bad or not roles:

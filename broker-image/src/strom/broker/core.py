@@ -23,7 +23,13 @@ from strom.broker.metrics import BrokerMetrics
 from strom.broker.producer_ids import ProducerIdManager
 from strom.broker.publisher import MetadataPublisher, write_topic_id
 from strom.broker.topics import TopicManager
-from strom.controller.metadata import ChangePartition, Command, CreateTopic, MetadataImage
+from strom.controller.metadata import (
+    ChangePartition,
+    Command,
+    CreateTopic,
+    Endpoint,
+    MetadataImage,
+)
 from strom.replication.manager import ReplicaManager
 from strom.replication.settings import ReplicationSettings
 from strom.storage.manager import LogManager
@@ -48,15 +54,17 @@ class BrokerCore:
     _stopped: bool = False
 
     @classmethod
-    def create(cls, config: BrokerConfig, *, port: int) -> BrokerCore:
-        """Build every part; nothing is loaded or contacted yet."""
+    def create(cls, config: BrokerConfig, *, port: int,
+               listeners: tuple[Endpoint, ...] = ()) -> BrokerCore:
+        """Build every part; nothing is loaded or contacted yet. ``port`` is the bound gRPC
+        port, ``listeners`` the advertised endpoints of other listeners (the Kafka one)."""
         holder: list[BrokerCore] = []
 
         def on_image(image: MetadataImage) -> None:
             if holder:
                 holder[0].publisher.publish(image)
 
-        link = ClusterLink(config, port, on_image)
+        link = ClusterLink(config, port, on_image, listeners)
         metadata = ClusterMetadata(link)
         logs = LogManager(list(config.log_dirs), config.topic_defaults,
                           producer_id_expiration_ms=int(config.get("producer.id.expiration.ms")))

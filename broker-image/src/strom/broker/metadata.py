@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from strom.controller.metadata import MetadataImage, TopicState
+from strom.broker.listeners import GRPC_LISTENER
+from strom.controller.metadata import Endpoint, MetadataImage, TopicState
 
 
 @dataclass(frozen=True)
@@ -84,17 +85,18 @@ class ClusterMetadata:
     def offset(self) -> int:
         return self.image.offset
 
-    def brokers(self) -> Sequence[BrokerInfo]:
-        """Every registered broker, fenced ones included, by id."""
+    def brokers(self, listener: str = GRPC_LISTENER) -> Sequence[BrokerInfo]:
+        """Every registered broker, fenced ones included, by id, with its endpoint on
+        ``listener`` (gRPC by default; host "" and port 0 when it has no such listener)."""
         out = []
         for b in sorted(self.image.brokers.values(), key=lambda b: b.broker_id):
-            endpoint = b.endpoints[0] if b.endpoints else None
+            endpoint = _endpoint(b.endpoints, listener)
             out.append(BrokerInfo(b.broker_id, endpoint.host if endpoint else "",
                                   endpoint.port if endpoint else 0, b.rack or "", b.fenced))
         return out
 
-    def live_brokers(self) -> Sequence[BrokerInfo]:
-        return [b for b in self.brokers() if not b.fenced]
+    def live_brokers(self, listener: str = GRPC_LISTENER) -> Sequence[BrokerInfo]:
+        return [b for b in self.brokers(listener) if not b.fenced]
 
     def broker_address(self, broker_id: int) -> str | None:
         b = self.image.brokers.get(broker_id)
@@ -130,3 +132,13 @@ class ClusterMetadata:
         if p is None:
             return None
         return PartitionState(p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr))
+
+
+def _endpoint(endpoints: Sequence[Endpoint], listener: str) -> Endpoint | None:
+    """The endpoint named ``listener``; the first one stands for gRPC (it always is)."""
+    for e in endpoints:
+        if e.name == listener:
+            return e
+    if listener == GRPC_LISTENER and endpoints:
+        return endpoints[0]
+    return None

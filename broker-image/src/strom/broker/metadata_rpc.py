@@ -18,25 +18,35 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from strom.broker.core import BrokerCore
+from strom.broker.listeners import GRPC_LISTENER
 from strom.broker.metadata import BrokerInfo, TopicRecord
 from strom.broker.topics import validate_topic_name
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2, common_pb2
 
 
-async def handle(core: BrokerCore, request: broker_pb2.MetadataRequest
-                 ) -> broker_pb2.MetadataResponse:
+async def handle(core: BrokerCore, request: broker_pb2.MetadataRequest, *,
+                 listener: str = GRPC_LISTENER, auto_create: bool = True,
+                 no_topics: bool = False) -> broker_pb2.MetadataResponse:
+    """``listener`` picks whose endpoints are listed (the front the request came in on);
+    ``auto_create=False`` is a client's ``allow_auto_topic_creation=false``; ``no_topics``
+    asks for brokers only (Kafka's empty topic list; gRPC's empty list means all)."""
     metadata = core.metadata
     response = broker_pb2.MetadataResponse(cluster_id=metadata.cluster_id,
                                            controller_id=metadata.controller_id)
-    brokers = metadata.live_brokers()
+    registered = metadata.live_brokers(listener)
+    brokers = [b for b in registered if b.host]
     response.brokers.extend(broker_endpoints(core, brokers))
-    live = {b.broker_id for b in brokers}
+    live = {b.broker_id for b in registered}
+    if no_topics:
+        return response
     if request.topics:
         for name in request.topics:
             try:
                 validate_topic_name(name)
-                record = metadata.topic(name) or await core.topics.auto_create(name)
+                record = metadata.topic(name)
+                if record is None and auto_create:
+                    record = await core.topics.auto_create(name)
                 if record is None:
                     raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                      f"topic {name!r} does not exist")

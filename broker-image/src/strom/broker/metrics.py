@@ -9,7 +9,10 @@ collector, so it costs nothing per request. Scrapes run on the broker's event lo
 ``strom_broker_active_connections`` counts distinct client peers (gRPC reports one ``ip:port``
 per HTTP/2 connection) that made a call during the last 60 seconds; a gRPC server exposes no
 connection events, so this is "peers seen recently", not open sockets. In-flight calls are a
-separate gauge, ``strom_broker_inflight_requests``.
+separate gauge, ``strom_broker_inflight_requests``. The Kafka-protocol listener does see its
+sockets: ``strom_broker_connections{listener}`` counts them (open now) and
+``strom_broker_connections_created{listener}`` counts accepts. Request counts and durations carry
+a ``listener`` label (``grpc`` or the Kafka listener's name).
 
 Replication gauges and counters (under-replicated and offline partitions, ISR shrinks/expands,
 follower lag, replication bytes) are read from the
@@ -64,15 +67,22 @@ class BrokerMetrics:
                                    ["topic"], registry=r)
         self.messages_out = Counter("strom_broker_messages_out", "Records returned by fetches "
                                     "(from batch headers).", ["topic"], registry=r)
-        self.requests = Counter("strom_broker_requests", "Requests handled, by API and result "
-                                "(ok or the Kafka error name of a failed call).",
-                                ["api", "result"], registry=r)
+        self.requests = Counter("strom_broker_requests", "Requests handled, by API, result "
+                                "(ok or the Kafka error name of a failed call) and listener "
+                                "(grpc, or the Kafka listener's name).",
+                                ["api", "result", "listener"], registry=r)
         self.partition_errors = Counter("strom_broker_partition_errors", "Per-partition errors "
                                         "inside otherwise successful responses.",
                                         ["api", "error"], registry=r)
         self.request_duration = Histogram("strom_broker_request_duration_seconds", "Time to "
                                           "handle a request, including long-poll waits.",
-                                          ["api"], buckets=_LATENCY_BUCKETS, registry=r)
+                                          ["api", "listener"], buckets=_LATENCY_BUCKETS,
+                                          registry=r)
+        self.connections = Gauge("strom_broker_connections", "Open Kafka-protocol "
+                                 "connections, by listener.", ["listener"], registry=r)
+        self.connections_created = Counter("strom_broker_connections_created", "Kafka-protocol "
+                                           "connections accepted, by listener.", ["listener"],
+                                           registry=r)
         self.inflight = Gauge("strom_broker_inflight_requests", "Calls being handled now.",
                               registry=r)
         self.up = Gauge("strom_broker_up", "1 while the broker serves requests.", registry=r)

@@ -20,6 +20,7 @@ from strom.broker.core import BrokerCore
 from strom.broker.requests import require_topic_names
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2
+from strom.storage.log import PartitionLog
 
 LATEST = -1
 EARLIEST = -2
@@ -44,7 +45,26 @@ async def handle(core: BrokerCore, request: broker_pb2.ListOffsetsRequest
 
 def lookup(core: BrokerCore, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
     """(offset, timestamp) for one partition; -1 fields where Kafka answers -1."""
-    plog, _ = core.replicas.leader_log(topic, partition)
+    offset, ts, _ = lookup_with_epoch(core, topic, partition, timestamp)
+    return offset, ts
+
+
+def lookup_with_epoch(core: BrokerCore, topic: str, partition: int, timestamp: int,
+                      current_leader_epoch: int = -1) -> tuple[int, int, int]:
+    """(offset, timestamp, leader epoch) for one partition, -1 where Kafka answers -1.
+
+    ``current_leader_epoch`` >= 0 is checked as Fetch checks it (FENCED_/UNKNOWN_LEADER_EPOCH).
+    The epoch is the current leader epoch for "latest" (as Kafka answers), else -1 (unknown:
+    consumers then skip the KIP-320 position validation for that offset).
+    """
+    plog, view = core.replicas.leader_log(topic, partition, current_leader_epoch)
+    if timestamp == LATEST:
+        return plog.high_watermark, -1, view.leader_epoch
+    offset, ts = _lookup(plog, topic, partition, timestamp)
+    return offset, ts, -1
+
+
+def _lookup(plog: PartitionLog, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
     if timestamp == LATEST:
         return plog.high_watermark, -1
     if timestamp == EARLIEST:

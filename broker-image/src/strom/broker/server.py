@@ -4,9 +4,11 @@ Start-up order: the health server comes up first (``/healthz`` answers while log
 liveness probe does not kill a broker that is busy recovering), then logs are loaded in a worker
 thread (the event loop stays responsive), the gRPC server starts (Broker, Admin, Replica and
 Quorum services: the Raft member must be reachable before it can register), the broker joins
-the cluster (replays its metadata log, registers, catches up, publishes the partitions it hosts,
-waits to be unfenced), and ``/readyz`` turns 200. One line announces it:
-``strom broker 0 ready on 127.0.0.1:9092 (metrics :9404, controller voter, cluster <id>)``.
+the cluster (replays its metadata log, registers with its gRPC and Kafka-listener endpoints,
+catches up, publishes the partitions it hosts, waits to be unfenced), the Kafka listener (bound
+before the core is built, so port 0 registers the real port) starts serving, and ``/readyz``
+turns 200. One line announces it: ``strom broker 0 ready on 127.0.0.1:9092 (kafka
+PLAINTEXT://127.0.0.1:19092, metrics :9404, controller voter, cluster <id>)``.
 
 Two periodic tasks run on the event loop (logs are owned by the loop's thread): every second a
 cheap pass for time-based segment rolls and ``flush.ms``; every
@@ -14,9 +16,9 @@ cheap pass for time-based segment rolls and ``flush.ms``; every
 
 SIGTERM / SIGINT shut down gracefully: ``/readyz`` turns 503, a controlled shutdown asks the
 active controller to move this broker's leaderships to in-sync followers (bounded by half of
-``shutdown.timeout.ms``), the gRPC server stops accepting calls and lets in-flight ones finish,
-replication and the Raft member stop, every log is flushed and closed with a clean-shutdown
-marker, and the process exits 0.
+``shutdown.timeout.ms``), the Kafka listener closes its connections, the gRPC server stops
+accepting calls and lets in-flight ones finish, replication and the Raft member stop, every log
+is flushed and closed with a clean-shutdown marker, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ import grpc
 from strom.broker.config import BrokerConfig, ConfigError
 from strom.broker.core import BrokerCore
 from strom.broker.health import HealthServer
+from strom.broker.kafka.listener import KafkaListener
 from strom.broker.malloc_tuning import tune as tune_malloc
 from strom.broker.service import AdminService, BrokerService, GroupService, ReplicaService
+from strom.controller.metadata import Endpoint
 from strom.protocol import replica_fetch
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import decode_request as decode_produce_request
@@ -75,7 +79,9 @@ class BrokerServer:
         self.config = config
         self.core: BrokerCore | None = None
         self.port = 0
+        self.kafka_port = 0
         self.metrics_port = 0
+        self._kafka: KafkaListener | None = None
         self.ready = False
         self._grpc: grpc.aio.Server | None = None
         self._health: HealthServer | None = None
@@ -90,7 +96,8 @@ class BrokerServer:
             self.port = self._grpc.add_insecure_port(address)
         except RuntimeError as exc:
             raise _bind_error(address, exc) from None
-        core = self.core = BrokerCore.create(config, port=self.port)
+        endpoints = await self._bind_kafka()
+        core = self.core = BrokerCore.create(config, port=self.port, listeners=endpoints)
         if config.metrics_port:
             self._health = HealthServer(core.metrics.registry, lambda: self.ready)
             try:
@@ -111,6 +118,8 @@ class BrokerServer:
             core.link.service, self._grpc)
         await self._grpc.start()
         await core.start()
+        if self._kafka is not None:
+            await self._kafka.start(core)
         self._tasks = [
             asyncio.create_task(self._every(FAST_MAINTENANCE_S, self._fast_maintenance)),
             asyncio.create_task(self._every(config.maintenance_interval_s,
@@ -120,8 +129,27 @@ class BrokerServer:
         self.ready = True
         metrics = f"metrics :{self.metrics_port}" if self.metrics_port else "metrics off"
         role = "controller voter" if core.link.is_voter else "observer"
-        log.info("strom broker %d ready on %s:%d (%s, %s, cluster %s)", config.broker_id,
-                 config.host, self.port, metrics, role, core.metadata.cluster_id)
+        kafka = (f"kafka {self._kafka.name}://{self._kafka.host}:{self.kafka_port}"
+                 if self._kafka is not None else "kafka off")
+        log.info("strom broker %d ready on %s:%d (%s, %s, %s, cluster %s)", config.broker_id,
+                 config.host, self.port, kafka, metrics, role, core.metadata.cluster_id)
+
+    async def _bind_kafka(self) -> tuple[Endpoint, ...]:
+        """Bind the Kafka listener's socket (not serving yet); its advertised endpoint."""
+        listener = self.config.kafka_listener
+        if listener is None:
+            return ()
+        bind, advertised = listener
+        self._kafka = KafkaListener(self.config, bind)
+        try:
+            self.kafka_port = await self._kafka.bind()
+        except OSError as exc:
+            self._kafka = None
+            raise ConfigError(f"cannot serve the Kafka listener on {bind.host}:{bind.port} "
+                              f"(listeners={self.config.get('listeners')}): "
+                              f"{exc.strerror or exc}") from None
+        return (Endpoint(advertised.name, advertised.host,
+                         advertised.port or self.kafka_port),)
 
     async def stop(self) -> None:
         """Graceful: controlled shutdown, stop accepting, finish in-flight calls, close logs."""
@@ -136,6 +164,9 @@ class BrokerServer:
         self._tasks = []
         if core is not None:
             core.replicas.waiters.close()
+        if self._kafka is not None:
+            await self._kafka.stop()
+            self._kafka = None
         if self._grpc is not None:
             await self._grpc.stop(self.config.shutdown_timeout_s)
             self._grpc = None

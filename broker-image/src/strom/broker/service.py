@@ -22,6 +22,7 @@ from strom.broker import admin, fetch, metadata_rpc, offsets, produce, replica_f
 from strom.broker.coordinator import handlers as groups
 from strom.broker.coordinator.coordinator import GroupCoordinator
 from strom.broker.core import BrokerCore
+from strom.broker.listeners import GRPC_LISTENER
 from strom.broker.producer_ids import handle_init_producer_id
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import ProduceRequestLike
@@ -70,8 +71,8 @@ async def call(core: BrokerCore, api: str, handler: Callable[[BrokerCore, Req], 
             f"{api} failed inside the broker: {type(exc).__name__}: {exc}; see the broker log"))
     finally:
         metrics.inflight.dec()
-        metrics.requests.labels(api, result).inc()
-        metrics.request_duration.labels(api).observe(time.perf_counter() - started)
+        metrics.requests.labels(api, result, GRPC_LISTENER).inc()
+        metrics.request_duration.labels(api, GRPC_LISTENER).observe(time.perf_counter() - started)
 
 
 async def _abort(context: Context, err: StromError) -> NoReturn:

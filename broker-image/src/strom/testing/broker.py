@@ -80,19 +80,21 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path | str, *, broker_id: int = 0,
                  config: Mapping[str, object] | None = None, port: int | None = None,
-                 metrics_port: int | None = None,
+                 metrics_port: int | None = None, kafka_port: int | None = None,
                  startup_timeout: float = STARTUP_TIMEOUT_S,
                  env: Mapping[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.broker_id = broker_id
         self.port = port or free_port()
         self.metrics_port = metrics_port or free_port()
+        self.kafka_port = kafka_port or free_port()
         self.startup_timeout = startup_timeout
         self.config: dict[str, str] = {
             "broker.id": str(broker_id),
             "host": "127.0.0.1",
             "port": str(self.port),
             "metrics.port": str(self.metrics_port),
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.kafka_port}",
             "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
             "shutdown.timeout.ms": "5000",
         }
@@ -115,6 +117,11 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The Kafka-protocol listener's address (``bootstrap.servers`` of Kafka clients)."""
+        return f"127.0.0.1:{self.kafka_port}"
 
     @property
     def metrics_url(self) -> str:

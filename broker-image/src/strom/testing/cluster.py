@@ -108,9 +108,11 @@ class Cluster:
         self.root = Path(root)
         self.voter_ids = _voter_ids(ids, voters)
         self.register_timeout = register_timeout
-        ports = free_ports(2 * len(ids))
-        grpc_ports = dict(zip(ids, ports[: len(ids)], strict=True))
-        metrics_ports = dict(zip(ids, ports[len(ids):], strict=True))
+        n = len(ids)
+        ports = free_ports(3 * n)
+        grpc_ports = dict(zip(ids, ports[:n], strict=True))
+        metrics_ports = dict(zip(ids, ports[n:2 * n], strict=True))
+        kafka_ports = dict(zip(ids, ports[2 * n:], strict=True))
         settings: dict[str, str] = {
             **CLUSTER_TEST_DEFAULTS,
             "controller.quorum.voters": voters_string(
@@ -122,12 +124,17 @@ class Cluster:
         self.brokers: dict[int, BrokerProcess] = {
             bid: BrokerProcess(self.root, broker_id=bid, config=settings,
                                port=grpc_ports[bid], metrics_port=metrics_ports[bid],
-                               startup_timeout=startup_timeout)
+                               kafka_port=kafka_ports[bid], startup_timeout=startup_timeout)
             for bid in ids}
         self._admins: list[Admin] = []
         self._channels: dict[str, grpc.Channel] = {}
 
     # -- addresses ----------------------------------------------------------------------------
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Every broker's Kafka-listener address, comma-joined (``bootstrap.servers``)."""
+        return ",".join(b.kafka_bootstrap for b in self.brokers.values())
 
     @property
     def bootstrap(self) -> str:

@@ -1,0 +1,143 @@
+"""Kafka request and response frames: bytes in, typed messages out, and back (no I/O).
+
+Why it exists: the socket code only moves size-prefixed frames; everything about their contents
+is decided here, as Kafka's ``RequestContext`` / ``SocketServer`` decide it, and tested without a
+socket. Message types come from ``kio`` (generated from Kafka's own JSON schemas): the request
+header version, flexible (tagged-field) encodings and ApiVersions' special response header are
+kio's, none are written by hand.
+
+What a frame becomes (:func:`parse_request`):
+
+- a :class:`Request` (header + body of a supported API and version);
+- an :class:`ApiVersionsFallback` for an ApiVersions request of a version newer than this broker
+  serves (KIP-511: the broker answers in version 0 with UNSUPPORTED_VERSION and its own ranges,
+  so the client can pick a version);
+- a :class:`Reject` for everything Kafka answers by closing the connection: a frame too short for
+  a header, an unknown API key, an API this broker does not serve, an unsupported version, a body
+  that does not parse.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+from kio.static.constants import EntityType
+
+API_VERSIONS_KEY = 18
+_HEAD = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every version
+_SIZE = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str
+    body: Any
+    """The kio request entity of ``api_key`` at ``api_version``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionsFallback:
+    correlation_id: int
+    api_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    reason: str
+    """Why the connection is closed (for the log, as Kafka logs it)."""
+
+
+Parsed = Request | ApiVersionsFallback | Reject
+
+
+@cache
+def request_type(api_key: int, api_version: int) -> type[Any]:
+    """The kio request class (raises ``KioIndexError`` for an unknown key/version)."""
+    module = load_payload_module(api_key, api_version, EntityType.request)
+    return _payload_class(module, "Request")
+
+
+@cache
+def response_module(api_key: int, api_version: int) -> ModuleType:
+    """The kio module with the response classes of one API version (nested ones too)."""
+    return load_payload_module(api_key, api_version, EntityType.response)
+
+
+def response_type(api_key: int, api_version: int) -> type[Any]:
+    return _payload_class(response_module(api_key, api_version), "Response")
+
+
+def _payload_class(module: ModuleType, suffix: str) -> type[Any]:
+    for name in dir(module):
+        value = getattr(module, name)
+        if (isinstance(value, type) and name.endswith(suffix)
+                and getattr(value, "__type__", None) in (EntityType.request, EntityType.response)):
+            return value
+    raise LookupError(f"no {suffix} class in {module.__name__}")
+
+
+def parse_request(frame: bytes | memoryview,
+                  supported: dict[int, tuple[int, int]]) -> Parsed:
+    """Decode one request frame (without its size prefix). ``supported``: key -> (min, max)."""
+    if len(frame) < _HEAD.size + 2:
+        return Reject(f"a request of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id = _HEAD.unpack_from(frame)
+    versions = supported.get(api_key)
+    if versions is None:
+        return Reject(f"API key {api_key} is not served by this broker")
+    low, high = versions
+    if not low <= api_version <= high:
+        if api_key == API_VERSIONS_KEY and api_version > high:
+            return ApiVersionsFallback(correlation_id, api_version)
+        return Reject(f"API key {api_key} version {api_version} is not supported "
+                      f"(this broker serves {low}..{high})")
+    try:
+        body_type = request_type(api_key, api_version)
+        header, offset = entity_reader(body_type.__header_schema__)(frame, 0)
+        body, _ = entity_reader(body_type)(frame, offset)
+    except (SerialError, ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
+        return Reject(f"malformed request (API key {api_key} version {api_version}): "
+                      f"{type(exc).__name__}: {exc}")
+    return Request(api_key, api_version, correlation_id, header.client_id or "", body)
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """A size-prefixed response frame with the header version the response's schema names."""
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    header_type = type(response).__header_schema__
+    entity_writer(header_type)(buffer, header_type(correlation_id=correlation_id))
+    entity_writer(type(response))(buffer, response)
+    data = buffer.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    del data
+    return buffer.getvalue()
+
+
+def api_versions_fallback(fallback: ApiVersionsFallback,
+                          supported: dict[int, tuple[int, int]]) -> bytes:
+    """KIP-511: an ApiVersions v0 answer with UNSUPPORTED_VERSION and every supported range."""
+    from kio.schema.api_versions.v0.response import ApiVersion
+    from kio.schema.errors import ErrorCode
+
+    keys = tuple(ApiVersion(api_key=k, min_version=low, max_version=high)  # type: ignore[arg-type]
+                 for k, (low, high) in sorted(supported.items()))
+    response = ApiVersionsResponseV0(error_code=ErrorCode.unsupported_version, api_keys=keys)
+    return encode_response(fallback.correlation_id, response)
+
+
+def read_size(prefix: bytes) -> int:
+    """The signed 32-bit length of a frame's size prefix."""
+    return int(_SIZE.unpack(prefix)[0])

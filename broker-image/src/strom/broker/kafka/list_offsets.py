@@ -1,0 +1,45 @@
+"""ListOffsets (key 2), versions 1-10: offsets by position or time, through the core lookup the
+gRPC front uses (:func:`strom.broker.offsets.lookup_with_epoch`).
+
+Supports -1 latest (the high watermark, with the current leader epoch), -2 earliest, -3 the
+record with the largest timestamp (KIP-734), and a timestamp >= 0 (the first offset at or after
+it, or -1 when there is none); ``current_leader_epoch`` (v4+) is checked (FENCED_/
+UNKNOWN_LEADER_EPOCH); read_committed equals read_uncommitted (no transactions). Errors are per
+partition with Kafka's codes.
+
+Not supported: -4 earliest-local and -5 latest-tiered (no tiered storage: INVALID_REQUEST), the
+leader epoch of an offset found by time or earliest (-1: consumers skip the validation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.kafka.context import NO_THROTTLE, Context, code
+from strom.broker.offsets import lookup_with_epoch
+from strom.protocol.errors import StromError
+
+KEY = 2
+VERSIONS = (1, 10)
+
+
+async def handle(ctx: Context) -> Any:
+    core = ctx.core
+    topics = []
+    for topic in ctx.body.topics:
+        parts = []
+        for p in topic.partitions:
+            try:
+                offset, timestamp, epoch = lookup_with_epoch(
+                    core, topic.name, p.partition_index, p.timestamp,
+                    getattr(p, "current_leader_epoch", -1))
+                error = 0
+            except StromError as err:
+                offset, timestamp, epoch, error = -1, -1, -1, int(err.code)
+                core.metrics.partition_errors.labels("ListOffsets", err.code.name).inc()
+            parts.append(ctx.build("ListOffsetsPartitionResponse",
+                                   partition_index=p.partition_index, error_code=code(error),
+                                   timestamp=timestamp, offset=offset, leader_epoch=epoch))
+        topics.append(ctx.build("ListOffsetsTopicResponse", name=topic.name,
+                                partitions=tuple(parts)))
+    return ctx.build("ListOffsetsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -1,0 +1,178 @@
+"""The Kafka-protocol listener: asyncio streams on the broker's event loop, one task per
+connection, requests answered in order.
+
+Why it exists: this is the only socket code of the Kafka front; what a frame means is decided in
+``frames`` and what a request does in the per-API modules. It behaves as Kafka's
+``SocketServer`` does:
+
+- Frames are a signed 32-bit size and that many bytes. A size below 0 or above
+  ``socket.request.max.bytes`` closes the connection (Kafka's InvalidReceiveException), as do a
+  frame that is not a valid request of a served API and version (``frames.Reject``).
+- A connection is served one request at a time, in arrival order (Kafka mutes a channel while
+  one of its requests is in flight): pipelined requests wait in the socket buffer, responses go
+  out in request order, and producers' in-flight batches are appended in the order they were
+  sent. A request is read only after the previous response was handed to the socket and the
+  socket drained below its high-water mark, so per-connection memory is one request, one
+  response and the stream buffers; a client that stops reading stops being read.
+- ``connections.max.idle.ms`` without a complete frame (or without draining a response) closes
+  the connection: a half-open or stalled peer does not keep a task forever.
+- acks=0 Produce gets no response; a failed acks=0 Produce closes the connection.
+- An unexpected exception in a handler is logged with its traceback and closes that connection
+  (the client reconnects and retries); it never reaches other connections or the event loop.
+
+Metrics: ``strom_broker_requests`` / ``strom_broker_request_duration_seconds`` with
+``listener=<the listener's name>`` and the API's Kafka name, ``strom_broker_connections`` (open
+now) and ``strom_broker_connections_created``, both by listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from strom.broker.config import BrokerConfig
+from strom.broker.core import BrokerCore
+from strom.broker.kafka.apis import APIS, SUPPORTED
+from strom.broker.kafka.context import Context
+from strom.broker.kafka.frames import (
+    ApiVersionsFallback,
+    Reject,
+    api_versions_fallback,
+    encode_response,
+    parse_request,
+    read_size,
+)
+from strom.broker.kafka.produce import CloseConnection
+from strom.broker.listeners import Listener
+from strom.protocol.errors import ErrorCode
+
+log = logging.getLogger("strom.broker.kafka")
+
+
+class KafkaListener:
+    """``await bind()`` (before the core exists, so the bound port can be registered), then
+    ``start(core)``, later ``await stop()``."""
+
+    def __init__(self, config: BrokerConfig, bind: Listener) -> None:
+        self.name = bind.name
+        self.host = bind.host
+        self.requested_port = bind.port
+        self.port = 0
+        self.max_request_bytes = config.max_message_size
+        self.idle_s = int(config.get("connections.max.idle.ms")) / 1000.0
+        self.core: BrokerCore | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def bind(self) -> int:
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.requested_port, start_serving=False,
+            reuse_address=True)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
+
+    async def start(self, core: BrokerCore) -> None:
+        assert self._server is not None, "bind() first"
+        self.core = core
+        await self._server.start_serving()
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection (in-flight requests are cancelled)."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        core = self.core
+        assert core is not None
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        metrics = core.metrics
+        metrics.connections.labels(self.name).inc()
+        metrics.connections_created.labels(self.name).inc()
+        peer = _peer(writer)
+        try:
+            while await self._one(core, peer, reader, writer):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client closed the connection
+        except TimeoutError:
+            log.debug("closing idle Kafka connection from %s after %.0fs", peer, self.idle_s)
+        except asyncio.CancelledError:
+            pass  # stop(): the listener closes; ending quietly keeps asyncio's callback calm
+        finally:
+            self._connections.discard(task)
+            metrics.connections.labels(self.name).dec()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    async def _one(self, core: BrokerCore, peer: str, reader: asyncio.StreamReader,
+                   writer: asyncio.StreamWriter) -> bool:
+        """Read, handle and answer one request; False closes the connection."""
+        async with asyncio.timeout(self.idle_s):
+            size = read_size(await reader.readexactly(4))
+        if size < 0 or size > self.max_request_bytes:
+            log.warning("closing Kafka connection from %s: a request of %d bytes is outside "
+                        "0..socket.request.max.bytes (%d)", peer, size, self.max_request_bytes)
+            return False
+        async with asyncio.timeout(self.idle_s):
+            frame = await reader.readexactly(size)
+        parsed = parse_request(frame, SUPPORTED)
+        if isinstance(parsed, Reject):
+            log.info("closing Kafka connection from %s: %s", peer, parsed.reason)
+            core.metrics.requests.labels("unknown", "INVALID_REQUEST", self.name).inc()
+            return False
+        if isinstance(parsed, ApiVersionsFallback):
+            core.metrics.requests.labels("ApiVersions", "UNSUPPORTED_VERSION", self.name).inc()
+            return await self._send(writer, api_versions_fallback(parsed, SUPPORTED))
+        api = APIS[parsed.api_key]
+        context = Context(core, parsed, self.name, SUPPORTED)
+        metrics = core.metrics
+        metrics.inflight.inc()
+        started = time.perf_counter()
+        result = "ok"
+        try:
+            response = await api.handle(context)
+        except CloseConnection:
+            result = "closed"
+            return False
+        except asyncio.CancelledError:
+            result = "cancelled"
+            raise
+        except Exception:
+            result = ErrorCode.UNKNOWN_SERVER_ERROR.name
+            log.exception("Kafka %s v%d from %s (client %r) failed inside the broker; closing "
+                          "the connection", api.name, parsed.api_version, peer, parsed.client_id)
+            return False
+        finally:
+            metrics.inflight.dec()
+            metrics.requests.labels(api.name, result, self.name).inc()
+            metrics.request_duration.labels(api.name, self.name).observe(
+                time.perf_counter() - started)
+        if response is None:
+            return True
+        return await self._send(writer, encode_response(parsed.correlation_id, response))
+
+    async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> bool:
+        writer.write(data)
+        async with asyncio.timeout(self.idle_s):
+            await writer.drain()
+        return True
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)

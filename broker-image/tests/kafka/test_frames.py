@@ -1,0 +1,93 @@
+"""Kafka request frames decoded as Kafka's SocketServer decodes them (no sockets)."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.serial import entity_reader, entity_writer
+
+from strom.broker.kafka.apis import SUPPORTED
+from strom.broker.kafka.frames import (
+    ApiVersionsFallback,
+    Reject,
+    Request,
+    api_versions_fallback,
+    encode_response,
+    parse_request,
+    read_size,
+)
+
+
+def _frame(api_key: int, version: int, body: object, correlation_id: int = 7) -> bytes:
+    buffer = io.BytesIO()
+    header = RequestHeader(request_api_key=api_key, request_api_version=version,  # type: ignore[arg-type]
+                           correlation_id=correlation_id, client_id="test")  # type: ignore[arg-type]
+    entity_writer(RequestHeader)(buffer, header)
+    entity_writer(type(body))(buffer, body)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def test_a_request_of_a_served_version_parses_to_its_kio_entity() -> None:
+    body = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="t"),),  # type: ignore[arg-type]
+                           allow_auto_topic_creation=False,
+                           include_topic_authorized_operations=False)
+    parsed = parse_request(_frame(3, 12, body, correlation_id=42), SUPPORTED)
+    assert isinstance(parsed, Request)
+    assert (parsed.api_key, parsed.api_version, parsed.correlation_id) == (3, 12, 42)
+    assert parsed.client_id == "test"
+    assert parsed.body == body
+
+
+def test_frames_kafka_closes_the_connection_for_are_rejected() -> None:
+    body = ApiVersionsRequest(client_software_name="x", client_software_version="1")
+    too_short = b"\x00\x03\x00"
+    unknown_key = struct.pack(">hhih", 9999, 0, 1, -1)
+    old_produce = struct.pack(">hhih", 0, 2, 1, -1)  # Kafka 4 dropped Produce v0-2
+    truncated = _frame(18, 3, body)[:-3]
+    for frame in (too_short, unknown_key, old_produce, truncated):
+        assert isinstance(parse_request(frame, SUPPORTED), Reject), frame
+
+
+def test_an_api_not_implemented_is_rejected_even_if_kafka_has_it() -> None:
+    # 57 = UpdateFeatures: real in Kafka, not served here, so never advertised either
+    assert 57 not in SUPPORTED
+    assert isinstance(parse_request(struct.pack(">hhih", 57, 0, 1, -1), SUPPORTED), Reject)
+
+
+def test_a_newer_api_versions_request_gets_the_kip_511_answer() -> None:
+    frame = struct.pack(">hhih", 18, 99, 5, -1) + b"\x00" * 8
+    parsed = parse_request(frame, SUPPORTED)
+    assert parsed == ApiVersionsFallback(correlation_id=5, api_version=99)
+    data = api_versions_fallback(parsed, SUPPORTED)
+    assert read_size(data[:4]) == len(data) - 4
+    (correlation_id,) = struct.unpack_from(">i", data, 4)
+    (error_code,) = struct.unpack_from(">h", data, 8)
+    assert (correlation_id, error_code) == (5, 35)  # UNSUPPORTED_VERSION
+    (count,) = struct.unpack_from(">i", data, 10)
+    assert count == len(SUPPORTED)
+
+
+def test_responses_carry_the_size_and_correlation_id() -> None:
+    from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
+    from kio.schema.errors import ErrorCode
+
+    response = ApiVersionsResponse(error_code=ErrorCode.none, api_keys=(  # type: ignore[call-arg]
+        ApiVersion(api_key=18, min_version=0, max_version=4),),  # type: ignore[arg-type]
+        throttle_time=__import__("datetime").timedelta(0))
+    data = encode_response(1234, response)
+    assert read_size(data[:4]) == len(data) - 4
+    assert struct.unpack_from(">i", data, 4) == (1234,)
+    decoded, _ = entity_reader(ApiVersionsResponse)(data, 8)  # ApiVersions: header v0
+    assert decoded == response
+
+
+def test_served_versions_reach_kafka_4s_ranges() -> None:
+    # (key, the lowest max version Kafka 4.0 advertises) for the APIs served so far
+    kafka_4_0 = {0: 12, 1: 17, 2: 9, 3: 12, 10: 6, 18: 4, 22: 5}
+    for key, max_version in kafka_4_0.items():
+        _, high = SUPPORTED[key]
+        assert high >= max_version, key

@@ -1,0 +1,116 @@
+"""The Kafka listener's socket behaviour, with raw frames: Kafka's answers to bad input
+(disconnect), pipelined requests answered in order, the connection and request metrics."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+import urllib.request
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.api_versions.v3.response import ApiVersionsResponse
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.metadata.v12.response import MetadataResponse
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.serial import entity_reader, entity_writer
+
+from strom.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+
+def _request(api_key: int, version: int, correlation_id: int, body: object) -> bytes:
+    buffer = io.BytesIO()
+    entity_writer(RequestHeader)(buffer, RequestHeader(  # type: ignore[call-arg]
+        request_api_key=api_key, request_api_version=version,  # type: ignore[arg-type]
+        correlation_id=correlation_id, client_id="raw"))  # type: ignore[arg-type]
+    entity_writer(type(body))(buffer, body)  # type: ignore[arg-type]
+    data = buffer.getvalue()
+    return struct.pack(">i", len(data)) + data
+
+
+def _connect(broker: BrokerProcess) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=10)
+    s.settimeout(10)
+    return s
+
+
+def _read_frame(s: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = s.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed")
+            out += chunk
+        return out
+
+    (size,) = struct.unpack(">i", exactly(4))
+    return exactly(size)
+
+
+def _closed_by_broker(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_pipelined_requests_are_answered_in_order(broker: BrokerProcess) -> None:
+    versions = ApiVersionsRequest(client_software_name="raw", client_software_version="1")
+    metadata = MetadataRequest(topics=None, allow_auto_topic_creation=False,  # type: ignore[call-arg]
+                               include_topic_authorized_operations=False)
+    with _connect(broker) as s:
+        s.sendall(_request(18, 3, 1, versions) + _request(3, 12, 2, metadata)
+                  + _request(18, 3, 3, versions))
+        first, second, third = _read_frame(s), _read_frame(s), _read_frame(s)
+    assert [struct.unpack_from(">i", f)[0] for f in (first, second, third)] == [1, 2, 3]
+    answer, _ = entity_reader(ApiVersionsResponse)(first, 4)
+    assert {k.api_key for k in answer.api_keys} >= {0, 1, 2, 3, 10, 18, 22}
+    meta, _ = entity_reader(MetadataResponse)(second, 5)  # header v1: id + tagged fields
+    assert [(b.node_id, b.host, b.port) for b in meta.brokers] == [
+        (0, "127.0.0.1", broker.kafka_port)]  # the Kafka listener, not the gRPC port
+
+
+@pytest.mark.parametrize("frame", [
+    struct.pack(">i", -5),                                  # negative size
+    struct.pack(">i", 200 * 1024 * 1024),                   # above socket.request.max.bytes
+    struct.pack(">ihhih", 10, 9999, 0, 1, -1),              # unknown API key
+    struct.pack(">ihhih", 10, 0, 1, 1, -1),                 # Produce v1: not served
+    struct.pack(">i", 3) + b"\x00\x12\x00",                 # too short for a header
+    struct.pack(">ihhi", 12, 3, 12, 1) + b"\xff\xff\xff\xff",  # Metadata body cut short
+])
+def test_bad_frames_close_the_connection_and_the_broker_keeps_serving(
+        broker: BrokerProcess, frame: bytes) -> None:
+    with _connect(broker) as s:
+        s.sendall(frame)
+        assert _closed_by_broker(s)
+    versions = ApiVersionsRequest(client_software_name="raw", client_software_version="1")
+    with _connect(broker) as s:
+        s.sendall(_request(18, 3, 9, versions))
+        assert struct.unpack_from(">i", _read_frame(s))[0] == 9
+
+
+def test_a_newer_api_versions_request_is_answered_with_the_supported_ranges(
+        broker: BrokerProcess) -> None:
+    with _connect(broker) as s:
+        s.sendall(struct.pack(">ihhih", 10, 18, 127, 4, -1))
+        frame = _read_frame(s)
+    correlation_id, error = struct.unpack_from(">ih", frame)
+    assert (correlation_id, error) == (4, 35)
+
+
+def test_metrics_count_kafka_requests_and_connections_by_listener(broker: BrokerProcess) -> None:
+    versions = ApiVersionsRequest(client_software_name="raw", client_software_version="1")
+    with _connect(broker) as s:
+        s.sendall(_request(18, 3, 1, versions))
+        _read_frame(s)
+        text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    assert 'strom_broker_connections{listener="PLAINTEXT"}' in text
+    assert ('strom_broker_requests_total{api="ApiVersions",listener="PLAINTEXT",result="ok"}'
+            in text)
+    assert 'strom_broker_request_duration_seconds_count{api="ApiVersions",listener="PLAINTEXT"}' \
+        in text
+    assert 'strom_broker_connections_created_total{listener="PLAINTEXT"}' in text

@@ -11,8 +11,10 @@ another broker a moment ago is known here.
   given twice in one request fails both entries
   (INVALID_REQUEST), as Kafka does.
 - DeleteTopics: closes and deletes the logs; waiting fetches wake and see the topic gone.
-- DescribeTopics: partitions with leader, epoch, replicas, ISR, offsets, high watermark and size;
-  ``configs`` holds only the topic-level overrides.
+- DescribeTopics: partitions with leader, epoch, replicas, ISR; offsets, high watermark and size
+  only for the partitions this broker leads (-1 otherwise: the client merges every broker's
+  answer); the effective ``min_insync_replicas``; ``configs`` holds only the topic-level
+  overrides.
 - CreatePartitions: grow only, by at most ``max.partitions.per.request`` (INVALID_PARTITIONS
   otherwise); ``validate_only``.
 - DescribeConfigs: TOPIC (every topic config with its source) and BROKER (every static key;
@@ -109,8 +111,11 @@ async def describe_topics(core: BrokerCore, request: admin_pb2.DescribeTopicsReq
         desc.topic_id = record.topic_id
         desc.internal = record.internal
         desc.configs.update(record.configs)
+        desc.min_insync_replicas = core.topics.log_config(name).min_insync_replicas
         for partition in range(record.partitions):
-            out = desc.partitions.add(partition=partition, leader=-1, leader_epoch=-1)
+            out = desc.partitions.add(partition=partition, leader=-1, leader_epoch=-1,
+                                      log_start_offset=-1, log_end_offset=-1,
+                                      high_watermark=-1, size_bytes=-1)
             state = core.metadata.partition_state(name, partition)
             if state is not None:
                 out.leader = state.leader
@@ -118,7 +123,7 @@ async def describe_topics(core: BrokerCore, request: admin_pb2.DescribeTopicsReq
                 out.replicas.extend(state.replicas)
                 out.isr.extend(state.isr)
             plog = core.replicas.get(name, partition)
-            if plog is not None:
+            if plog is not None and core.replicas.is_leader(name, partition):
                 out.log_start_offset = plog.log_start_offset
                 out.log_end_offset = plog.log_end_offset
                 out.high_watermark = plog.high_watermark

@@ -251,6 +251,9 @@ class _ReplicationCollector(Collector):
         yield GaugeMetricFamily("strom_under_replicated_partitions", "Partitions led by this "
                                 "broker whose ISR is smaller than their replica set.",
                                 value=manager.under_replicated_count())
+        yield GaugeMetricFamily("strom_under_min_isr_partitions", "Partitions led by this "
+                                "broker whose ISR is smaller than min.insync.replicas (acks=all "
+                                "writes are refused).", value=manager.under_min_isr_count())
         yield GaugeMetricFamily("strom_offline_partitions", "Partitions with no leader, counted "
                                 "by their preferred replica.", value=manager.offline_count())
         yield GaugeMetricFamily("strom_leader_partitions", "Partitions this broker leads.",

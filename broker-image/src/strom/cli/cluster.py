@@ -20,8 +20,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "describe", help="brokers, controller quorum and partition health",
         description="Show the cluster id, every registered broker (address, rack, alive or "
         "fenced, controller voter), the active controller, the metadata offset, and how many "
-        "partitions are under-replicated (ISR smaller than the replicas) or offline (no "
-        "leader). Exit 0 even when some are: this describes, it does not judge.")
+        "partitions are under-replicated (ISR smaller than the replicas), under min ISR (ISR "
+        "smaller than min.insync.replicas: acks=all writes are refused, and for "
+        "__consumer_offsets group metadata cannot be stored) or offline (no leader), naming "
+        "the partitions under min ISR. Exit 0 even when some are: this describes, it does not "
+        "judge.")
     add_output_flag(describe)
     add_bootstrap_flag(describe)
     describe.set_defaults(func=cmd_describe)
@@ -36,16 +39,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     unregister.set_defaults(func=cmd_unregister)
 
 
-def partition_health(topics: Iterable[Any]) -> dict[str, int]:
+def partition_health(topics: Iterable[Any]) -> dict[str, Any]:
+    """Counts like Kafka's UnderReplicated / UnderMinIsr / OfflinePartitionsCount, and the
+    partitions below min.insync.replicas by name (acks=all writes to them are refused, and
+    for ``__consumer_offsets`` the groups they coordinate cannot store anything)."""
     total = under = offline = 0
+    below_min: list[str] = []
     for t in topics:
+        min_isr = int(getattr(t, "min_insync_replicas", 0))
         for p in t.partitions:
             total += 1
             if p.leader < 0:
                 offline += 1
             if len(p.isr) < len(p.replicas):
                 under += 1
-    return {"total": total, "under_replicated": under, "offline": offline}
+            if min_isr and p.leader >= 0 and len(p.isr) < min_isr:
+                below_min.append(f"{t.name}-{p.partition}")
+    return {"total": total, "under_replicated": under, "under_min_isr": len(below_min),
+            "offline": offline, "under_min_isr_partitions": below_min}
 
 
 def cluster_to_dict(desc: Any, topics: Iterable[Any] = ()) -> dict[str, Any]:
@@ -82,9 +93,15 @@ def cluster_table(data: dict[str, Any]) -> str:
     ]
     parts = data["partitions"]
     foot = (f"Topics: {data['topics']}  Partitions: {parts['total']}  "
-            f"UnderReplicated: {parts['under_replicated']}  Offline: {parts['offline']}")
-    return "\n".join([head, format_table(
-        ("BROKER", "ADDRESS", "RACK", "STATE", "VOTER", "CONTROLLER"), rows), foot])
+            f"UnderReplicated: {parts['under_replicated']}  "
+            f"UnderMinIsr: {parts['under_min_isr']}  Offline: {parts['offline']}")
+    lines = [head, format_table(
+        ("BROKER", "ADDRESS", "RACK", "STATE", "VOTER", "CONTROLLER"), rows), foot]
+    below = parts["under_min_isr_partitions"]
+    if below:
+        shown = ", ".join(below[:10]) + (f" (+{len(below) - 10} more)" if len(below) > 10 else "")
+        lines.append(f"Unhealthy: below min.insync.replicas (acks=all writes refused): {shown}")
+    return "\n".join(lines)
 
 
 def cmd_describe(args: argparse.Namespace) -> int:

@@ -4,7 +4,10 @@ Lines are bytes (no decoding), the trailing newline removed. With ``--key-separa
 before the first SEP is the key (a line without SEP is an error, as with ``parse.key=true``).
 The count is reported on stderr at the end, so stdout stays clean for pipes. Sends are
 asynchronous (batched by ``--linger-ms``/``--batch-size``); failures are counted and the first one
-is reported after ``flush()``.
+is reported after ``flush()``. As kafka-console-producer, a batch is retried
+``--message-send-max-retries`` times (3) after a retriable error, then that error is reported:
+``--acks all`` to a partition below ``min.insync.replicas`` fails in well under a second with
+NOT_ENOUGH_REPLICAS instead of retrying until the delivery timeout.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="how long to wait to fill a batch (default: 5)")
     p.add_argument("--batch-size", type=int, default=65536, metavar="BYTES",
                    help="batch size limit per partition (default: 65536)")
+    p.add_argument("--message-send-max-retries", type=int, default=3, metavar="N",
+                   help="retries of a batch after a retriable error such as NOT_ENOUGH_REPLICAS "
+                   "or NOT_LEADER_OR_FOLLOWER, then the error is reported (default: 3, as "
+                   "kafka-console-producer; raise it to ride out a leader election)")
+    p.add_argument("--retry-backoff-ms", type=int, default=100, metavar="MS",
+                   help="first wait before a retry, doubled each time (default: 100)")
     add_bootstrap_flag(p)
     p.set_defaults(func=cmd_produce)
 
@@ -95,6 +104,11 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if args.partition is not None and args.partition < 0:
         raise UsageError(f"--partition {args.partition} must be >= 0")
     separator = args.key_separator.encode() if args.key_separator is not None else None
+    if args.message_send_max_retries < 0:
+        raise UsageError(f"--message-send-max-retries {args.message_send_max_retries} must be "
+                         ">= 0")
+    if args.retry_backoff_ms < 0:
+        raise UsageError(f"--retry-backoff-ms {args.retry_backoff_ms} must be >= 0")
 
     servers = bootstrap(args)
     timeout_ms = request_timeout_ms(args)
@@ -111,6 +125,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
         servers, acks=acks, linger_ms=args.linger_ms, batch_size=args.batch_size,
         compression_type=args.compression, request_timeout_ms=timeout_ms,
         max_block_ms=timeout_ms, delivery_timeout_ms=3 * timeout_ms + args.linger_ms,
+        # Kafka's console producer: a few retries, then the broker's own error (e.g.
+        # NOT_ENOUGH_REPLICAS at once, not a delivery timeout 30 s later)
+        retries=args.message_send_max_retries, retry_backoff_ms=args.retry_backoff_ms,
     )
     tally = DeliveryTally()
     sent = 0

@@ -95,6 +95,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 # --- pure helpers -----------------------------------------------------------------------------
 
 
+def _known(value: int) -> int | None:
+    return value if value >= 0 else None
+
+
+def _cell(value: int | None) -> object:
+    return "-" if value is None else value
+
+
 def topic_to_dict(desc: Any) -> dict[str, Any]:
     """A TopicDescription as plain data for JSON/YAML."""
     return {
@@ -108,10 +116,11 @@ def topic_to_dict(desc: Any) -> dict[str, Any]:
                 "leader_epoch": p.leader_epoch,
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
-                "log_start_offset": p.log_start_offset,
-                "log_end_offset": p.log_end_offset,
-                "high_watermark": p.high_watermark,
-                "size_bytes": p.size_bytes,
+                # from the partition's leader; None when it did not answer (down, unreachable)
+                "log_start_offset": _known(p.log_start_offset),
+                "log_end_offset": _known(p.log_end_offset),
+                "high_watermark": _known(p.high_watermark),
+                "size_bytes": _known(p.size_bytes),
             }
             for p in sorted(desc.partitions, key=lambda p: p.partition)
         ],
@@ -135,8 +144,8 @@ def describe_table(topics: Sequence[dict[str, Any]]) -> str:
         rows = [
             [
                 t["name"], p["partition"], p["leader"], p["leader_epoch"], p["replicas"],
-                p["isr"], p["log_start_offset"], p["log_end_offset"], p["high_watermark"],
-                p["size_bytes"],
+                p["isr"], _cell(p["log_start_offset"]), _cell(p["log_end_offset"]),
+                _cell(p["high_watermark"]), _cell(p["size_bytes"]),
             ]
             for p in t["partitions"]
         ]

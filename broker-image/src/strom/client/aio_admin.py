@@ -125,6 +125,50 @@ def merge_reassignments(answers: Iterable[admin_pb2.PartitionReassignment]
     return out
 
 
+def _partition_from(p: admin_pb2.PartitionDescription,
+                    offsets: admin_pb2.PartitionDescription | None) -> PartitionDescription:
+    return PartitionDescription(
+        partition=p.partition, leader=p.leader, leader_epoch=p.leader_epoch,
+        replicas=list(p.replicas), isr=list(p.isr),
+        log_start_offset=offsets.log_start_offset if offsets is not None else -1,
+        log_end_offset=offsets.log_end_offset if offsets is not None else -1,
+        high_watermark=offsets.high_watermark if offsets is not None else -1,
+        size_bytes=offsets.size_bytes if offsets is not None else -1)
+
+
+def merge_topic_descriptions(first: admin_pb2.DescribeTopicsResponse,
+                             others: Iterable[admin_pb2.DescribeTopicsResponse]
+                             ) -> list[TopicDescription]:
+    """``first``'s topics, each partition's offsets taken from the answer of its leader.
+
+    A broker fills offsets (>= 0) only for partitions it leads; of several such answers (the
+    leadership moved between the calls) the one with the highest leader epoch wins, and its
+    leader, epoch and ISR are used too: they are the leader's own view.
+    """
+    led: dict[tuple[str, int], admin_pb2.PartitionDescription] = {}
+    for response in (first, *others):
+        for t in response.topics:
+            if t.error_code:
+                continue
+            for p in t.partitions:
+                if p.high_watermark < 0:
+                    continue
+                key = (t.name, p.partition)
+                current = led.get(key)
+                if current is None or p.leader_epoch > current.leader_epoch:
+                    led[key] = p
+    out: list[TopicDescription] = []
+    for t in first.topics:
+        parts = []
+        for p in sorted(t.partitions, key=lambda p: p.partition):
+            leader_view = led.get((t.name, p.partition))
+            parts.append(_partition_from(leader_view or p, leader_view))
+        out.append(TopicDescription(
+            name=t.name, topic_id=t.topic_id, internal=t.internal, partitions=parts,
+            configs=dict(t.configs), min_insync_replicas=t.min_insync_replicas))
+    return out
+
+
 class AsyncAdmin:
     def __init__(self, bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092", *,
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
@@ -210,24 +254,35 @@ class AsyncAdmin:
 
     async def describe_topics(self, names: Iterable[str] | None = None,
                               include_internal: bool = False) -> list[TopicDescription]:
+        """Topics with their partitions; offsets, high watermark and size from each leader.
+
+        A broker only answers those four for the partitions it leads, so every live broker is
+        asked (as ``list_partition_reassignments`` does) and the answers are merged; a partition
+        whose leader did not answer keeps -1 (unknown), never a follower's lagging figures.
+        """
         request = admin_pb2.DescribeTopicsRequest(names=list(names or []),
                                                   include_internal=include_internal)
-        response = await self._call("DescribeTopics", request)
-        out: list[TopicDescription] = []
-        for t in response.topics:
+        first = await self._call("DescribeTopics", request)
+        for t in first.topics:
             err = _result_error(t.error_code, t.error_message, f"describe topic {t.name}")
             if err is not None:
                 raise err
-            out.append(TopicDescription(
-                name=t.name, topic_id=t.topic_id, internal=t.internal,
-                partitions=[PartitionDescription(
-                    partition=p.partition, leader=p.leader, leader_epoch=p.leader_epoch,
-                    replicas=list(p.replicas), isr=list(p.isr),
-                    log_start_offset=p.log_start_offset, log_end_offset=p.log_end_offset,
-                    high_watermark=p.high_watermark, size_bytes=p.size_bytes)
-                    for p in sorted(t.partitions, key=lambda p: p.partition)],
-                configs=dict(t.configs)))
-        return out
+        leaders = {p.leader for t in first.topics for p in t.partitions if p.leader >= 0}
+        others: list[admin_pb2.DescribeTopicsResponse] = []
+        if leaders:
+            named = admin_pb2.DescribeTopicsRequest(names=[t.name for t in first.topics],
+                                                    include_internal=True)
+            left = self._timeout_ms / 1000.0
+
+            async def ask(address: str) -> admin_pb2.DescribeTopicsResponse:
+                answer: admin_pb2.DescribeTopicsResponse = await self._conns.admin_stub_at(
+                    address).DescribeTopics(named, timeout=left)
+                return answer
+
+            addresses = await self._live_broker_addresses()
+            answers = await asyncio.gather(*(ask(a) for a in addresses), return_exceptions=True)
+            others = [a for a in answers if isinstance(a, admin_pb2.DescribeTopicsResponse)]
+        return merge_topic_descriptions(first, others)
 
     async def create_partitions(self, topic: str, new_total_count: int,
                                 validate_only: bool = False) -> None:

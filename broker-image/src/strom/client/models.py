@@ -96,6 +96,11 @@ class PartitionDescription:
     high_watermark: int = -1
     size_bytes: int = -1
 
+    def under_min_isr(self, min_insync_replicas: int) -> bool:
+        """Fewer in-sync replicas than ``min.insync.replicas``: acks=all writes are refused
+        (Kafka's UnderMinIsr); a leaderless partition counts as offline instead."""
+        return self.leader >= 0 and len(self.isr) < min_insync_replicas
+
 
 @dataclass(frozen=True, slots=True)
 class TopicDescription:
@@ -104,6 +109,8 @@ class TopicDescription:
     internal: bool
     partitions: list[PartitionDescription]
     configs: dict[str, str] = field(default_factory=dict)
+    #: The min.insync.replicas the leaders apply (0: unknown, an older broker answered).
+    min_insync_replicas: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,6 +236,12 @@ class ReplicaManager:
     def under_replicated_count(self) -> int:
         return sum(1 for p in self._partitions.values() if p.under_replicated())
 
+    def under_min_isr_count(self) -> int:
+        """Partitions led here whose ISR is smaller than their min.insync.replicas (Kafka's
+        UnderMinIsrPartitionCount): acks=all writes to them are refused."""
+        return sum(1 for p in self._partitions.values()
+                   if p.is_leader and len(p.view.isr) < p.log.config.min_insync_replicas)
+
     def offline_count(self) -> int:
         """Partitions hosted here with no leader, counted on their preferred replica only (so a
         cluster-wide sum counts each partition once)."""

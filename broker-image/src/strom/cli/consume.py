@@ -163,9 +163,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
     if args.group is not None:
         partitions_of(args, args.topic)  # a clear error for an unknown topic
+        # a group that cannot be joined (e.g. its coordinator cannot store the group's
+        # metadata) ends the command with that error after 3 request timeouts, not never
         consumer = Consumer(servers, request_timeout_ms=timeout_ms, group_id=args.group,
                             auto_offset_reset="earliest" if args.from_beginning else "latest",
-                            enable_auto_commit=True)
+                            enable_auto_commit=True, default_api_timeout_ms=3 * timeout_ms)
         return _print_records(consumer, args, lambda: consumer.subscribe([args.topic]))
 
     partitions = partitions_of(args, args.topic)

@@ -78,6 +78,7 @@ class ConsumerOptions(TypedDict, total=False):
     partition_assignment_strategy: str | list[str]
     metadata_max_age_ms: int
     exclude_internal_topics: bool
+    default_api_timeout_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,9 @@ class ConsumerSettings:
     partition_assignment_strategy: tuple[str, ...] = ("range", "cooperative-sticky")
     metadata_max_age_ms: int = 300000
     exclude_internal_topics: bool = True
+    #: Kafka's default.api.timeout.ms; also how long joining a group may keep failing with
+    #: errors (coordinator unavailable, metadata not stored) before poll() raises the last one.
+    default_api_timeout_ms: int = 60000
 
     @property
     def cooperative(self) -> bool:
@@ -124,7 +128,8 @@ class ConsumerSettings:
               max_poll_interval_ms: int = 300000,
               partition_assignment_strategy: str | list[str] = "range,cooperative-sticky",
               metadata_max_age_ms: int = 300000,
-              exclude_internal_topics: bool = True) -> ConsumerSettings:
+              exclude_internal_topics: bool = True,
+              default_api_timeout_ms: int = 60000) -> ConsumerSettings:
         """Validate the options (one place for their defaults, shared by both consumers)."""
         group = parse_group_id("group_id", group_id)
         instance = parse_group_id("group_instance_id", group_instance_id)
@@ -162,6 +167,8 @@ class ConsumerSettings:
                 partition_assignment_strategy),
             metadata_max_age_ms=require_positive("metadata_max_age_ms", metadata_max_age_ms),
             exclude_internal_topics=exclude_internal_topics,
+            default_api_timeout_ms=require_positive("default_api_timeout_ms",
+                                                    default_api_timeout_ms),
         )
 
 

@@ -104,6 +104,8 @@ class GroupMember:
         self.fatal: StromError | None = None
         self.last_poll_ms = _now_ms()
         self.backoff_until_ms = 0.0
+        self._failing_since_ms: float | None = None
+        """When joining started failing with errors (None: the last attempt did not fail)."""
         self.next_pattern_check_ms = 0.0
         self._joined_version = -1
         self._joining = False
@@ -183,9 +185,33 @@ class GroupMember:
             if exc.code is ErrorCode.FENCED_INSTANCE_ID or not (
                     exc.retriable or exc.code in _RESET_ERRORS):
                 raise
+            self._check_failing_too_long(exc)
             log.info("group %s: %s; retrying", self.group_id, exc)
             self.backoff_until_ms = _now_ms() + self.settings.retry_backoff_ms
             return None
+
+    def _check_failing_too_long(self, exc: StromError) -> None:
+        """Raise ``exc`` once joining has failed for ``default_api_timeout_ms`` on end.
+
+        A coordinator that cannot store the group's metadata (its ``__consumer_offsets``
+        partition below min.insync.replicas) answers every SyncGroup with
+        COORDINATOR_NOT_AVAILABLE; retrying that forever left ``poll()`` silent. A coordinator
+        failover takes seconds, far below the bound. The rebalance protocol's own errors
+        (unknown member, illegal generation) are part of joining, not failures.
+        """
+        if exc.code in _RESET_ERRORS:
+            return
+        now = _now_ms()
+        if self._failing_since_ms is None:
+            self._failing_since_ms = now
+            return
+        failing_ms = now - self._failing_since_ms
+        if failing_ms >= self.settings.default_api_timeout_ms:
+            self._failing_since_ms = None
+            raise StromError(exc.code, f"group {self.group_id!r}: joining has failed for "
+                                       f"{failing_ms / 1000:.0f} s (default_api_timeout_ms="
+                                       f"{self.settings.default_api_timeout_ms}); last error: "
+                                       f"{exc.message}") from None
 
     def _to_revoke_before_join(self) -> set[TopicPartition]:
         if not self.owned:
@@ -228,6 +254,7 @@ class GroupMember:
             if assignment is None:
                 continue
             self._joined_version = version
+            self._failing_since_ms = None
             return await self._assigned(assignment)
         return None
 

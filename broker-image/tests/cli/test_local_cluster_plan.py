@@ -28,6 +28,19 @@ def test_plan_uses_the_default_ports_when_free(tmp_path: Path) -> None:
     assert state.bootstrap == "127.0.0.1:9092"
     assert Path(b.dir) == (tmp_path / "d" / "broker-0").resolve()
     assert b.log_file.name == "broker.log" and b.pid_file.name == "broker.pid"
+    assert b.kafka_port == 19092 and state.kafka_bootstrap == "127.0.0.1:19092"
+    assert b.config()["listeners"] == "PLAINTEXT://127.0.0.1:19092"
+
+
+def test_every_broker_gets_its_own_kafka_listener_port(tmp_path: Path) -> None:
+    # Found when the Kafka listener landed: it defaults to :19092 on every broker, so the second
+    # broker of `strom dev up --brokers 3` exited with "Address already in use".
+    for base in (9092, 0):
+        state = lc.plan_cluster(tmp_path / f"d{base}", 3, base_port=base)
+        ports = [p for b in state.brokers for p in (b.port, b.metrics_port, b.kafka_port)]
+        assert len(set(ports)) == 9 and 0 not in ports
+        listeners = {b.config()["listeners"] for b in state.brokers}
+        assert len(listeners) == 3
 
 
 def test_pick_ports_takes_random_free_ports_when_the_defaults_are_busy() -> None:

@@ -108,6 +108,8 @@ def cmd_up(args: argparse.Namespace) -> int:
               f"min.insync.replicas {state.cluster_config['min.insync.replicas']}")
     print(f"Bootstrap: {state.bootstrap}")
     print(f"  export {BOOTSTRAP_ENV}={state.bootstrap}")
+    if state.kafka_bootstrap:
+        print(f"Kafka clients: bootstrap.servers={state.kafka_bootstrap}")
     print(f"Stop it with: strom dev down --data-dir {data_dir}")
     return 0
 

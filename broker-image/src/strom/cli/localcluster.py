@@ -52,6 +52,8 @@ DEFAULT_DATA_DIR = ".strom-dev"
 HOST = "127.0.0.1"
 FIRST_PORT = 9092
 FIRST_METRICS_PORT = 9404
+#: Kafka-protocol listener of broker 0 (the broker's own default), then +1 per broker.
+FIRST_KAFKA_PORT = 19092
 #: A laptop's worth: each broker is a Python process with its own gRPC server.
 MAX_BROKERS = 9
 #: Voters of the controller quorum in a local cluster (3 tolerate one failure).
@@ -73,10 +75,16 @@ class BrokerSpec:
     metrics_port: int
     dir: str
     pid: int | None = None
+    #: The Kafka-protocol listener's port (0 in records written before it existed).
+    kafka_port: int = 0
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str:
+        return f"{self.host}:{self.kafka_port}"
 
     @property
     def log_file(self) -> Path:
@@ -102,6 +110,8 @@ class BrokerSpec:
             "port": str(self.port),
             "metrics.port": str(self.metrics_port),
             "log.dirs": str(self.data_dir),
+            **({"listeners": f"PLAINTEXT://{self.host}:{self.kafka_port}"}
+               if self.kafka_port else {}),
         }
 
 
@@ -119,6 +129,11 @@ class ClusterState:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The brokers' Kafka-protocol addresses, for Kafka clients ("" in old records)."""
+        return ",".join(b.kafka_address for b in self.brokers if b.kafka_port)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -186,7 +201,8 @@ def plan_cluster(
     data_dir: Path, n: int, host: str = HOST,
     is_free: Callable[[str, int], bool] = port_is_free, base_port: int = FIRST_PORT,
 ) -> ClusterState:
-    """Ports ``base_port+i`` (gRPC) and ``9404+i`` (metrics) where free; all random if 0."""
+    """Ports ``base_port+i`` (gRPC), ``9404+i`` (metrics) and ``19092+i`` (Kafka protocol)
+    where free; all random if 0."""
     check_broker_count(n)
     if not 0 <= base_port < 65536:
         raise UsageError(f"--base-port {base_port} must be 0 (random) or a port number")
@@ -194,9 +210,11 @@ def plan_cluster(
     ports = pick_ports(n, base_port, host, is_free=is_free)
     first_metrics = FIRST_METRICS_PORT if base_port else 0
     metrics = pick_ports(n, first_metrics, host, taken=set(ports), is_free=is_free)
+    first_kafka = FIRST_KAFKA_PORT if base_port else 0
+    kafka = pick_ports(n, first_kafka, host, taken={*ports, *metrics}, is_free=is_free)
     brokers = [
         BrokerSpec(broker_id=i, host=host, port=ports[i], metrics_port=metrics[i],
-                   dir=str(root / f"broker-{i}"))
+                   dir=str(root / f"broker-{i}"), kafka_port=kafka[i])
         for i in range(n)
     ]
     voters = [b.broker_id for b in brokers[:MAX_VOTERS]] if n > 1 else []

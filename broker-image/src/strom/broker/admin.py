@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import collections
 
-from strom.broker.config import KEYS, TOPIC_DEFAULT_KEYS
+from strom.broker.config_keys import KEYS, TOPIC_DEFAULT_KEYS
 from strom.broker.core import BrokerCore
 from strom.broker.metadata_rpc import broker_endpoints
 from strom.broker.publisher import THROTTLE_KEY, throttle_of

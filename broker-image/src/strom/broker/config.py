@@ -15,173 +15,47 @@ Unknown ``STROM_*`` environment variables are ignored (other tools share the pre
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from strom.broker.listeners import (
-    DEFAULT_KAFKA_LISTENER,
-    DEFAULT_KAFKA_PORT,
-    Listener,
-    ListenerError,
-    kafka_listeners,
+from strom.broker.config_keys import (
+    KEYS,
+    TOPIC_DEFAULT_KEYS,
+    ConfigError,
+    convert,
+    format_value,
+    topic_defaults,
+    unknown_key_message,
 )
+from strom.broker.listeners import Listener, ListenerError, kafka_listeners
 from strom.controller.voters import parse_voters as controller_voters
-from strom.protocol.errors import StromError
-from strom.storage.config import LogConfig, parse_topic_configs
+from strom.storage.config import LogConfig
+
+__all__ = [
+    "KEYS",
+    "BrokerConfig",
+    "ConfigError",
+    "config_from_env",
+    "format_value",
+    "load_config",
+    "parse_properties",
+    "parse_voters",
+    "parse_yaml",
+    "read_config_file",
+]
 
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "STROM_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-class ConfigError(Exception):
-    """A bad broker configuration; ``str(err)`` is one line for the operator to act on."""
-
-
-@dataclass(frozen=True)
-class _Key:
-    name: str
-    kind: str  # "int" | "str" | "bool" | "list" | "level"
-    default: Any
-    minimum: int | None = None
-    maximum: int | None = None
-    doc: str = ""
-
-
-# Broker-level defaults for topic configs: broker key -> topic key (Kafka's pairs).
-TOPIC_DEFAULT_KEYS: dict[str, str] = {
-    "log.segment.bytes": "segment.bytes",
-    "log.roll.ms": "segment.ms",
-    "log.retention.ms": "retention.ms",
-    "log.retention.bytes": "retention.bytes",
-    "log.cleanup.policy": "cleanup.policy",
-    "log.flush.interval.messages": "flush.messages",
-    "log.flush.interval.ms": "flush.ms",
-    "message.max.bytes": "max.message.bytes",
-    "log.message.timestamp.type": "message.timestamp.type",
-    "min.insync.replicas": "min.insync.replicas",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-}
-
-_KEYS: tuple[_Key, ...] = (
-    _Key("broker.id", "int", 0, 0, 2**31 - 1, "This broker's id, unique in the cluster."),
-    _Key("host", "str", "127.0.0.1", doc="Address the gRPC and metrics servers bind."),
-    _Key("port", "int", 9092, 0, 65535, "gRPC port (0 = any free port)."),
-    _Key("advertised.host", "str", "", doc="Host clients are told to use (default: host)."),
-    _Key("listeners", "str", f"{DEFAULT_KAFKA_LISTENER}://:{DEFAULT_KAFKA_PORT}",
-         doc="The Kafka-protocol listener, NAME://HOST:PORT (empty host: host; port 0: a free "
-             "port; empty: no Kafka listener)."),
-    _Key("advertised.listeners", "str", "",
-         doc="The Kafka listener clients are told to use, NAME://HOST:PORT (default: listeners "
-             "with advertised.host and the bound port)."),
-    _Key("metrics.port", "int", 9404, 0, 65535,
-         "HTTP port for /metrics, /healthz, /readyz (0 = disabled)."),
-    _Key("log.dirs", "list", ("./strom-data",), doc="Comma-separated data directories."),
-    _Key("cluster.id", "str", "", doc="Cluster id (default: generated once and persisted)."),
-    _Key("broker.rack", "str", "", doc="Rack of this broker, for rack-aware placement."),
-    _Key("num.partitions", "int", 1, 1, 100_000, "Default partition count of new topics."),
-    _Key("default.replication.factor", "int", 1, 1, 32767,
-         "Default replication factor of new topics."),
-    _Key("max.partitions.per.request", "int", 10_000, 1, 1_000_000,
-         "The most partitions one CreateTopics request (summed over its topics) or one "
-         "CreatePartitions request may add; more is refused with INVALID_PARTITIONS / "
-         "POLICY_VIOLATION before any work. Kafka bounds every metadata operation to 10,000 "
-         "records (QuorumController.MAX_RECORDS_PER_USER_OP)."),
-    _Key("auto.create.topics.enable", "bool", False,
-         doc="Create unknown topics on produce/metadata requests."),
-    _Key("log.segment.bytes", "int", None, doc="Default segment.bytes of topics."),
-    _Key("log.roll.ms", "int", None, doc="Default segment.ms of topics."),
-    _Key("log.retention.ms", "int", None, doc="Default retention.ms of topics."),
-    _Key("log.retention.bytes", "int", None, doc="Default retention.bytes of topics."),
-    _Key("log.cleanup.policy", "str", None, doc="Default cleanup.policy of topics."),
-    _Key("log.flush.interval.messages", "int", None, doc="Default flush.messages of topics."),
-    _Key("log.flush.interval.ms", "int", None, doc="Default flush.ms of topics."),
-    _Key("message.max.bytes", "int", None, doc="Default max.message.bytes of topics."),
-    _Key("log.message.timestamp.type", "str", None,
-         doc="Default message.timestamp.type of topics."),
-    _Key("min.insync.replicas", "int", None, doc="Default min.insync.replicas of topics."),
-    _Key("log.retention.check.interval.ms", "int", 300_000, 100, 2**31 - 1,
-         "How often retention, compaction and time-based flushes run."),
-    _Key("fetch.max.bytes", "int", 52_428_800, 1024, 2**31 - 1,
-         "Largest fetch response (when the request asks for 0 = default)."),
-    _Key("socket.request.max.bytes", "int", 104_857_600, 64 * 1024 * 1024, 2**31 - 1,
-         "Largest gRPC message, and largest Kafka-protocol request (a bigger one closes the "
-         "connection, as in Kafka), sent or received (at least 64 MiB)."),
-    _Key("connections.max.idle.ms", "int", 600_000, 1000, 2**31 - 1,
-         "A Kafka-protocol connection that sends no complete request (or does not read its "
-         "response) for this long is closed."),
-    _Key("shutdown.timeout.ms", "int", 10_000, 0, 3_600_000,
-         "Grace period for in-flight requests on SIGTERM."),
-    _Key("log.level", "level", "INFO", doc="DEBUG, INFO, WARNING or ERROR."),
-    # -- clustering (KRaft-style controller quorum, replication) --------------------------------
-    _Key("process.roles", "str", "",
-         doc="broker, controller or broker,controller (default: broker,controller when this "
-             "broker is in controller.quorum.voters or the voter list is empty, else broker)."),
-    _Key("controller.quorum.voters", "str", "",
-         doc="ID@HOST:PORT,... of the controller voters (in combined mode a voter's port is its "
-             "broker port); empty = this broker alone is the controller."),
-    _Key("controller.election.timeout.ms", "int", 1000, 50, 600_000,
-         "Raft election timeout of the controller quorum (each wait is drawn from [t, 2t))."),
-    _Key("controller.heartbeat.interval.ms", "int", 100, 10, 60_000,
-         "Raft heartbeat interval of the controller leader."),
-    _Key("metadata.compact.every", "int", 1000, 10, 10_000_000,
-         "Snapshot the metadata image every N applied metadata log entries."),
-    _Key("broker.heartbeat.interval.ms", "int", 500, 10, 60_000,
-         "How often a broker heart-beats to the active controller."),
-    _Key("broker.session.timeout.ms", "int", 3000, 100, 600_000,
-         "A broker that has not heart-beaten for this long is fenced and loses leadership."),
-    _Key("replica.lag.time.max.ms", "int", 10_000, 100, 3_600_000,
-         "A follower that has not caught up for this long is removed from the ISR."),
-    _Key("replica.fetch.wait.max.ms", "int", 500, 0, 60_000,
-         "Long-poll time of a follower's fetch from its leader."),
-    _Key("replica.fetch.max.bytes", "int", 1_048_576, 1024, 2**31 - 1,
-         "Bytes per partition a follower fetches at most per request."),
-    _Key("replica.fetch.response.max.bytes", "int", 10_485_760, 1024, 2**31 - 1,
-         "Bytes per follower fetch response at most."),
-    _Key("auto.leader.rebalance.enable", "bool", True,
-         doc="Move leadership back to preferred replicas when they are in sync again."),
-    _Key("leader.imbalance.check.interval.ms", "int", 30_000, 100, 2**31 - 1,
-         "How often the controller checks for partitions not led by their preferred replica."),
-    _Key("unclean.leader.election.enable", "bool", None,
-         doc="Default for topics: elect an out-of-sync replica when no in-sync one is left "
-             "(may lose acknowledged records)."),
-    _Key("producer.id.expiration.ms", "int", 86_400_000, 1000, 2**31 - 1,
-         "Forget an idempotent producer's sequence state after this long without writes."),
-    # -- consumer groups (coordinator, __consumer_offsets) ---------------------------------------
-    _Key("offsets.topic.num.partitions", "int", 10, 1, 10_000,
-         "Partitions of __consumer_offsets, fixed once the topic exists (Kafka: 50; fewer "
-         "here because every partition led by a broker costs a loaded coordinator and a timer, "
-         "and a Python broker hosts far fewer groups than a JVM one)."),
-    _Key("offsets.topic.replication.factor", "int", 3, 1, 32767,
-         "Replication factor of __consumer_offsets (capped at the live brokers when the topic "
-         "is created, so a dev cluster of one still works)."),
-    _Key("offsets.retention.minutes", "int", 10080, 1, 2**31 - 1,
-         "Committed offsets of an empty group are deleted this long after it became empty."),
-    _Key("offsets.retention.check.interval.ms", "int", 600_000, 100, 2**31 - 1,
-         "How often expired committed offsets are looked for."),
-    _Key("offsets.commit.timeout.ms", "int", 5000, 1, 2**31 - 1,
-         "An offset commit (and a group metadata write) waits this long for the in-sync "
-         "replicas of __consumer_offsets."),
-    _Key("group.min.session.timeout.ms", "int", 6000, 1, 2**31 - 1,
-         "Smallest session.timeout.ms a consumer may ask for."),
-    _Key("group.max.session.timeout.ms", "int", 1_800_000, 1, 2**31 - 1,
-         "Largest session.timeout.ms a consumer may ask for."),
-    _Key("group.initial.rebalance.delay.ms", "int", 3000, 0, 2**31 - 1,
-         "The first rebalance of an empty group waits this long for more members to join."),
-    _Key("group.max.size", "int", 2**31 - 1, 1, 2**31 - 1,
-         "Most members one group may have (default: unlimited)."),
-)
-
-KEYS: dict[str, _Key] = {k.name: k for k in _KEYS}
 
 
 @dataclass(frozen=True)
@@ -202,11 +76,11 @@ class BrokerConfig:
         for name, value in raw.items():
             key = KEYS.get(name)
             if key is None:
-                raise ConfigError(_unknown_key_message(name))
-            values[name] = _convert(key, value)
-        for key in _KEYS:
+                raise ConfigError(unknown_key_message(name))
+            values[name] = convert(key, value)
+        for key in KEYS.values():
             values.setdefault(key.name, key.default)
-        config = cls(values, frozenset(raw), _topic_defaults(values))
+        config = cls(values, frozenset(raw), topic_defaults(values))
         _check_cluster_keys(config)
         return config
 
@@ -325,14 +199,6 @@ class BrokerConfig:
                 value = _topic_value(self.topic_defaults, topic_key)
             out.append((name, format_value(value), name not in self.explicit))
         return out
-
-
-def format_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 def _topic_value(config: LogConfig, topic_key: str) -> object:
@@ -455,117 +321,6 @@ def _flatten(data: Mapping[Any, Any], prefix: str, out: dict[str, object]) -> No
             _flatten(value, name + ".", out)
         else:
             out[name] = value
-
-
-def _unknown_key_message(name: str) -> str:
-    close = difflib.get_close_matches(name, list(KEYS), n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else "; see the list of broker config keys"
-    return f"unknown broker config key {name!r}{hint}"
-
-
-def _convert(key: _Key, value: object) -> Any:
-    name = key.name
-    if value is None:
-        if key.default is None:
-            return None
-        raise ConfigError(f"{name} has no value; expected {_expected(key)}")
-    converters: dict[str, Callable[[_Key, object], Any]] = {
-        "int": _to_int,
-        "str": _to_str,
-        "bool": _to_bool,
-        "list": _to_list,
-        "level": _to_level,
-    }
-    return converters[key.kind](key, value)
-
-
-def _expected(key: _Key) -> str:
-    if key.kind == "int":
-        if key.minimum is not None and key.maximum is not None:
-            return f"an integer in [{key.minimum}, {key.maximum}]"
-        if key.minimum is not None:
-            return f"an integer >= {key.minimum}"
-        return "an integer"
-    if key.kind == "bool":
-        return "true or false"
-    if key.kind == "list":
-        return "a comma-separated list of directories"
-    if key.kind == "level":
-        return "one of " + ", ".join(LOG_LEVELS)
-    return "a string"
-
-
-def _bad(key: _Key, value: object) -> ConfigError:
-    return ConfigError(f"{key.name}={value!r} is invalid; expected {_expected(key)}")
-
-
-def _to_int(key: _Key, value: object) -> int:
-    if isinstance(value, bool):
-        raise _bad(key, value)
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d+\s*", value):
-        number = int(value)
-    else:
-        raise _bad(key, value)
-    if (key.minimum is not None and number < key.minimum) or (
-        key.maximum is not None and number > key.maximum
-    ):
-        raise _bad(key, value)
-    return number
-
-
-def _to_str(key: _Key, value: object) -> str:
-    if isinstance(value, (dict, list, tuple)):
-        raise _bad(key, value)
-    return str(value).strip()
-
-
-def _to_bool(key: _Key, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise _bad(key, value)
-
-
-def _to_list(key: _Key, value: object) -> tuple[str, ...]:
-    if isinstance(value, (list, tuple)):
-        items = [str(v).strip() for v in value]
-    elif isinstance(value, str):
-        items = [v.strip() for v in value.split(",")]
-    else:
-        raise _bad(key, value)
-    items = [v for v in items if v]
-    if not items:
-        raise _bad(key, value)
-    return tuple(items)
-
-
-def _to_level(key: _Key, value: object) -> str:
-    level = str(value).strip().upper()
-    if level == "WARN":
-        level = "WARNING"
-    if level not in LOG_LEVELS:
-        raise _bad(key, value)
-    return level
-
-
-def _topic_defaults(values: Mapping[str, Any]) -> LogConfig:
-    """The default LogConfig of topics, from the broker-level ``log.*`` keys that are set."""
-    config = LogConfig()
-    for broker_key, topic_key in TOPIC_DEFAULT_KEYS.items():
-        value = values.get(broker_key)
-        if value is None:
-            continue
-        try:
-            config = parse_topic_configs({topic_key: format_value(value)}, base=config)
-        except StromError as err:
-            raise ConfigError(
-                f"{broker_key}={format_value(value)!r} is invalid (topic default "
-                f"{topic_key}): {err.message}"
-            ) from None
-    return config
 
 
 def parse_voters(text: str) -> dict[int, str]:

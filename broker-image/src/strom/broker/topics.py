@@ -40,7 +40,12 @@ from strom.controller.metadata import (
 from strom.controller.placement import assign_replicas
 from strom.groups.offsets import OFFSETS_TOPIC
 from strom.protocol.errors import ErrorCode, StromError
-from strom.storage.config import TOPIC_CONFIG_DEFS, LogConfig, parse_topic_configs
+from strom.storage.config import (
+    TOPIC_CONFIG_DEFS,
+    LogConfig,
+    parse_topic_configs,
+    unknown_topic_config_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -278,8 +283,7 @@ class TopicManager:
         unknown = sorted(k for k in delete if k not in TOPIC_CONFIG_DEFS)
         if unknown:
             raise StromError(ErrorCode.INVALID_CONFIG,
-                             f"unknown topic config {unknown[0]!r} in delete; valid keys are: "
-                             f"{', '.join(sorted(TOPIC_CONFIG_DEFS))}")
+                             f"in delete: {unknown_topic_config_message(unknown[0])}")
         overrides = {k: v for k, v in record.configs.items() if k not in delete}
         overrides.update(set_)
         return overrides, parse_topic_configs(overrides, base=self._config.topic_defaults)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from strom.cli.config_docs import broker_epilog
 from strom.cli.errors import CliError
 from strom.cli.parsing import parse_kv_list
 
@@ -33,6 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Start a broker in the foreground. Settings: --config FILE, then "
         "STROM_<KEY> environment variables (log.dirs -> STROM_LOG_DIRS), then --set and "
         "the flags below. SIGTERM or Ctrl-C stops it gracefully.",
+        epilog=broker_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     start.add_argument("--config", type=Path, default=None, metavar="FILE",
                        help="broker config file (YAML or Kafka-style .properties)")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from strom.cli.common import add_bootstrap_flag, open_admin
+from strom.cli.config_docs import topic_epilog
 from strom.cli.errors import UsageError
 from strom.cli.output import add_output_flag, format_table, render
 from strom.cli.parsing import parse_kv_list
@@ -31,7 +32,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     cmds = topic.add_subparsers(dest="topic_command", metavar="COMMAND", required=True)
 
-    create = cmds.add_parser("create", help="create a topic", description="Create a topic.")
+    create = cmds.add_parser("create", help="create a topic", description="Create a topic.",
+                             epilog=topic_epilog(),
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     create.add_argument("name", metavar="NAME")
     create.add_argument("--partitions", type=int, default=-1, metavar="P",
                         help="partition count (default: the broker's num.partitions)")
@@ -72,6 +75,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     alter = cmds.add_parser(
         "alter", help="set or remove topic configs",
         description="Change topic configs incrementally (like kafka-configs.sh --alter).",
+        epilog=topic_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     alter.add_argument("name", metavar="NAME")
     alter.add_argument("--config", action="append", metavar="KEY=VALUE",

@@ -172,17 +172,33 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
 }
 
 
+#: Kafka topic configs Strom does not implement, refused by name (by the broker, the CLI and the
+#: StromTopic CRD alike) rather than accepted and ignored.
+UNSUPPORTED_TOPIC_CONFIGS: tuple[str, ...] = (
+    "compression.type",
+    "file.delete.delay.ms",
+    "max.compaction.lag.ms",
+    "min.cleanable.dirty.ratio",
+)
+#: The one message for them, after the key name.
+UNSUPPORTED_MESSAGE = "is a Kafka topic config that Strom does not implement; remove it"
+
+
+def unknown_topic_config_message(name: str) -> str:
+    """Why ``name`` is refused: a Kafka config Strom does not implement, or not a config at all."""
+    if name in UNSUPPORTED_TOPIC_CONFIGS:
+        return f"topic config {name!r} {UNSUPPORTED_MESSAGE}"
+    return (f"unknown topic config {name!r}; valid keys are: "
+            f"{', '.join(sorted(TOPIC_CONFIG_DEFS))}")
+
+
 def parse_topic_configs(raw: Mapping[str, str], base: LogConfig = LogConfig()) -> LogConfig:
     """Apply Kafka-named overrides to ``base``; StromError(INVALID_CONFIG) on any bad entry."""
     changes: dict[str, object] = {}
     for name, value in raw.items():
         definition = TOPIC_CONFIG_DEFS.get(name)
         if definition is None:
-            raise StromError(
-                ErrorCode.INVALID_CONFIG,
-                f"unknown topic config {name!r}; valid keys are: "
-                f"{', '.join(sorted(TOPIC_CONFIG_DEFS))}",
-            )
+            raise StromError(ErrorCode.INVALID_CONFIG, unknown_topic_config_message(name))
         if not isinstance(value, str):
             raise _bad(name, str(value), "must be given as a string")
         changes[definition.field] = definition.validator(name, value)

@@ -36,6 +36,13 @@ ConfigValue = str | int | float | bool
 ConfigMap = dict[str, ConfigValue]
 
 
+def config_value_str(value: object) -> str:
+    """A config value as the broker reads it (Kafka properties are strings; booleans lower case)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """A validation rule that the API server evaluates as CEL and the operator as Python.

@@ -25,6 +25,7 @@ import json
 from typing import Any
 
 from strom_operator.model import broker_init
+from strom_operator.model.fields import config_value_str
 from strom_operator.model.specs import API_VERSION, StromClusterSpec
 
 DATA_DIR = "/var/lib/strom/data"
@@ -144,12 +145,6 @@ def default_broker_config(spec: StromClusterSpec) -> dict[str, str]:
     }
 
 
-def _prop(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def quorum_voters(ref: ClusterRef, spec: StromClusterSpec) -> str:
     """``controller.quorum.voters``: the first ``controllers.replicas`` pods, by their stable DNS
     names on the headless Service (combined mode: a voter's address is its broker port). Every
@@ -172,7 +167,7 @@ def broker_config(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, str]:
         "controller.quorum.voters": quorum_voters(ref, spec),
     }
     config.update(default_broker_config(spec))
-    config.update({k: _prop(v) for k, v in spec.config.items()})
+    config.update({k: config_value_str(v) for k, v in spec.config.items()})
     return config
 
 

@@ -15,14 +15,24 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from strom.broker.config_keys import KEYS as BROKER_KEYS
+from strom.broker.config_keys import ConfigError, check_value
+from strom.protocol.errors import StromError
+from strom.storage.config import (
+    TOPIC_CONFIG_DEFS,
+    UNSUPPORTED_MESSAGE,
+    UNSUPPORTED_TOPIC_CONFIGS,
+    unknown_topic_config_message,
+)
 from strom_operator.model.errors import FieldError, SpecError
 from strom_operator.model.fields import (
     ConfigMap,
     Rule,
     check_rules,
+    config_value_str,
     parse,
     parse_collect,
     spec_field,
@@ -36,11 +46,17 @@ API_VERSION = f"{GROUP}/{VERSION}"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
 
-#: Broker config keys the operator sets itself; users may not override them in spec.config.
+#: Broker config keys the operator sets itself (or Kafka's names for them); users may not set them
+#: in spec.config.
 OPERATOR_OWNED_BROKER_KEYS = (
     "broker.id",
     "node.id",
+    "host",
+    "port",
+    "advertised.host",
+    "cluster.id",
     "log.dirs",
+    "log.level",
     "broker.rack",
     "listeners",
     "advertised.listeners",
@@ -49,50 +65,20 @@ OPERATOR_OWNED_BROKER_KEYS = (
     "metrics.port",
 )
 
-#: Broker config keys the broker accepts and users may set in ``spec.config``.
-USER_BROKER_KEYS = frozenset(
-    {
-        "num.partitions",
-        "default.replication.factor",
-        "auto.create.topics.enable",
-        "log.segment.bytes",
-        "log.roll.ms",
-        "log.retention.ms",
-        "log.retention.bytes",
-        "log.cleanup.policy",
-        "log.flush.interval.messages",
-        "log.flush.interval.ms",
-        "message.max.bytes",
-        "log.message.timestamp.type",
-        "min.insync.replicas",
-        "log.retention.check.interval.ms",
-        "fetch.max.bytes",
-        "socket.request.max.bytes",
-        "shutdown.timeout.ms",
-    }
-)
+#: Broker config keys users may set in ``spec.config``: every key the broker knows
+#: (``strom.broker.config_keys``) but those the operator owns.
+USER_BROKER_KEYS = frozenset(BROKER_KEYS) - frozenset(OPERATOR_OWNED_BROKER_KEYS)
 
-#: Topic-level config keys Strom understands (Kafka's names), with the kind of value each takes.
+_KIND = {"int": int, "long": int, "list": str, "string": str, "boolean": bool}
+#: Topic-level config keys Strom implements (Kafka's names; the broker's own table in
+#: ``strom.storage.config``), with the kind of value each takes.
 TOPIC_CONFIG_KEYS: dict[str, type] = {
-    "cleanup.policy": str,
-    "compression.type": str,
-    "delete.retention.ms": int,
-    "file.delete.delay.ms": int,
-    "flush.messages": int,
-    "flush.ms": int,
-    "max.compaction.lag.ms": int,
-    "max.message.bytes": int,
-    "message.timestamp.type": str,
-    "min.cleanable.dirty.ratio": float,
-    "min.compaction.lag.ms": int,
-    "min.insync.replicas": int,
-    "retention.bytes": int,
-    "retention.ms": int,
-    "segment.bytes": int,
-    "segment.index.bytes": int,
-    "segment.ms": int,
-    "unclean.leader.election.enable": bool,
+    name: _KIND[d.type] for name, d in sorted(TOPIC_CONFIG_DEFS.items())
 }
+
+
+def _cel_list(keys: Sequence[str]) -> str:
+    return str(sorted(keys)).replace("'", '"')
 
 
 def _quantity_not_smaller(new: str, old: str) -> bool:
@@ -250,7 +236,7 @@ class NetworkPolicySpec:
 
 BROKER_CONFIG_NOT_OWNED = Rule(
     name="config-no-operator-keys",
-    cel="!self.exists(k, k in " + str(list(OPERATOR_OWNED_BROKER_KEYS)).replace("'", '"') + ")",
+    cel="!self.exists(k, k in " + _cel_list(OPERATOR_OWNED_BROKER_KEYS) + ")",
     message="config may not set keys the operator manages: "
     + ", ".join(OPERATOR_OWNED_BROKER_KEYS),
     check=lambda new, old: not any(k in new for k in OPERATOR_OWNED_BROKER_KEYS),
@@ -355,16 +341,21 @@ TOPIC_NAME_IMMUTABLE = Rule(
 )
 
 
-def _topic_config_ok(config: Mapping[str, Any]) -> bool:
-    return all(k in TOPIC_CONFIG_KEYS for k in config)
-
-
+TOPIC_CONFIG_IMPLEMENTED = Rule(
+    name="topic-config-implemented",
+    cel="!self.exists(k, k in " + _cel_list(UNSUPPORTED_TOPIC_CONFIGS) + ")",
+    message="config has a key that " + UNSUPPORTED_MESSAGE + " ("
+    + ", ".join(UNSUPPORTED_TOPIC_CONFIGS) + ")",
+    check=lambda new, old: not any(k in UNSUPPORTED_TOPIC_CONFIGS for k in new),
+)
 TOPIC_CONFIG_KNOWN = Rule(
     name="topic-config-known-keys",
-    cel="self.all(k, k in " + str(sorted(TOPIC_CONFIG_KEYS)).replace("'", '"') + ")",
+    cel="self.all(k, k in " + _cel_list([*TOPIC_CONFIG_KEYS, *UNSUPPORTED_TOPIC_CONFIGS]) + ")",
     message="config has a key Strom does not know; known keys: "
     + ", ".join(sorted(TOPIC_CONFIG_KEYS)),
-    check=lambda new, old: _topic_config_ok(new),
+    check=lambda new, old: all(
+        k in TOPIC_CONFIG_KEYS or k in UNSUPPORTED_TOPIC_CONFIGS for k in new
+    ),
 )
 MIN_ISR_FITS = Rule(
     name="min-insync-replicas-fits",
@@ -418,7 +409,7 @@ class StromTopicSpec:
     config: ConfigMap = spec_field(
         default_factory=dict,
         description="Topic config (Kafka names, e.g. retention.ms).",
-        rules=(TOPIC_CONFIG_KNOWN,),
+        rules=(TOPIC_CONFIG_KNOWN, TOPIC_CONFIG_IMPLEMENTED),
     )
     deletion_policy: Literal["Delete", "Retain"] = spec_field(
         default="Retain",
@@ -591,39 +582,25 @@ def check_transition(new: Any, old: Any) -> list[FieldError]:
     return [e for e in check_rules(new, old) if e not in check_rules(new, None)]
 
 
-def _int_value(config: Mapping[str, Any], key: str) -> int | None:
-    raw = config.get(key)
-    if raw is None:
-        return None
-    if isinstance(raw, bool):
-        raise ValueError(key)
-    return int(str(raw))
-
-
 def validate_broker_config(spec: StromClusterSpec) -> list[FieldError]:
     """Cross-checks of broker config that need typed values (reported in status, not by CEL)."""
     errors: list[FieldError] = []
-    for key in spec.config:
-        if key not in USER_BROKER_KEYS and key not in OPERATOR_OWNED_BROKER_KEYS:
+    ints: dict[str, int] = {}
+    for key, raw in spec.config.items():
+        if key in OPERATOR_OWNED_BROKER_KEYS:
+            continue  # BROKER_CONFIG_NOT_OWNED reports it
+        if key not in USER_BROKER_KEYS:
             close = difflib.get_close_matches(key, sorted(USER_BROKER_KEYS), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
             errors.append(FieldError(f"spec.config[{key}]", f"is not a broker config key{hint}"))
-    ints: dict[str, int] = {}
-    for key in (
-        "num.partitions",
-        "default.replication.factor",
-        "min.insync.replicas",
-        "log.retention.ms",
-        "log.retention.bytes",
-        "log.segment.bytes",
-    ):
-        try:
-            value = _int_value(spec.config, key)
-        except ValueError:
-            errors.append(FieldError(f"spec.config[{key}]", "must be an integer"))
             continue
-        if value is not None:
-            ints[key] = value
+        try:  # the broker's own check of the value (type, range, topic default)
+            typed = check_value(key, config_value_str(raw))
+        except ConfigError as err:
+            errors.append(FieldError(f"spec.config[{key}]", str(err)))
+            continue
+        if isinstance(typed, int) and not isinstance(typed, bool):
+            ints[key] = typed
     rf = ints.get("default.replication.factor")
     if rf is not None and rf > spec.brokers.replicas:
         errors.append(
@@ -642,36 +619,24 @@ def validate_broker_config(spec: StromClusterSpec) -> list[FieldError]:
                 "acks=all writes would always fail",
             )
         )
-    for key, value in ints.items():
-        if value < (0 if key.startswith("log.retention") else 1) and value != -1:
-            errors.append(FieldError(f"spec.config[{key}]", f"must be positive, got {value}"))
     return errors
 
 
 def validate_topic_config(config: Mapping[str, Any]) -> list[FieldError]:
-    """Value types of topic config keys (unknown keys are caught by TOPIC_CONFIG_KNOWN)."""
+    """Topic config keys and values, checked by the broker's own parser (``strom.storage.config``)
+    so the operator accepts exactly what the broker accepts, with the broker's message."""
     errors: list[FieldError] = []
     for key, value in config.items():
-        kind = TOPIC_CONFIG_KEYS.get(key)
-        if kind is None:
+        definition = TOPIC_CONFIG_DEFS.get(key)
+        if definition is None:
             close = difflib.get_close_matches(key, sorted(TOPIC_CONFIG_KEYS), n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            errors.append(FieldError(f"spec.config[{key}]", f"is not a topic config key{hint}"))
-        if kind is int:
-            try:
-                if isinstance(value, bool):
-                    raise ValueError
-                int(str(value))
-            except ValueError:
-                errors.append(
-                    FieldError(f"spec.config[{key}]", f"must be an integer, got {value!r}")
-                )
-        elif kind is bool and str(value).lower() not in ("true", "false"):
+            hint = (f"; did you mean {close[0]}?"
+                    if close and key not in UNSUPPORTED_TOPIC_CONFIGS else "")
             errors.append(
-                FieldError(f"spec.config[{key}]", f"must be true or false, got {value!r}")
-            )
-        elif key == "cleanup.policy" and not set(str(value).split(",")) <= {"delete", "compact"}:
-            errors.append(
-                FieldError(f"spec.config[{key}]", "must be delete, compact or delete,compact")
-            )
+                FieldError(f"spec.config[{key}]", unknown_topic_config_message(key) + hint))
+            continue
+        try:
+            definition.validator(key, config_value_str(value))
+        except StromError as err:
+            errors.append(FieldError(f"spec.config[{key}]", err.message))
     return errors

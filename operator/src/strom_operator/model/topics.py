@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 from strom_operator.model.errors import PlanError
+from strom_operator.model.fields import config_value_str
 from strom_operator.model.rebalance import new_replicas_for_rf
 from strom_operator.model.specs import StromTopicSpec
 
@@ -55,12 +56,6 @@ class TopicChanges:
         )
 
 
-def _as_str(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def topic_name(spec: StromTopicSpec, metadata_name: str) -> str:
     return spec.topic_name or metadata_name
 
@@ -72,7 +67,7 @@ def diff(
     racks: Mapping[int, str | None],
     broker_loads: Mapping[int, int] | None = None,
 ) -> TopicChanges:
-    desired_config = {k: _as_str(v) for k, v in spec.config.items()}
+    desired_config = {k: config_value_str(v) for k, v in spec.config.items()}
     if spec.replication_factor > len(racks) and racks:
         return TopicChanges(
             rejected=(

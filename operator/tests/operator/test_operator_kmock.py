@@ -1,6 +1,6 @@
 """The operator process (kopf + handlers + the kubernetes client) against the kmock API emulator.
 
-kmock 0.8 notes (see TESTING.md): kopf runs cluster-wide in its own thread and event loop (on the
+kmock 0.8 notes (measured here): kopf runs cluster-wide in its own thread and event loop (on the
 test's loop it would cancel kmock's teardown); objects get a uid from us; objects are created only
 after kopf's watch is up; the emulator validates nothing and supports no server-side apply (our
 client falls back to create), so schema checks live in the CRD tests.

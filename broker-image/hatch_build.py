@@ -5,8 +5,8 @@ artefacts (git-ignored) so they can never drift from the definitions. They are w
 ``src/strom/protocol/v1`` so that editable installs (``uv sync``) and wheels both carry them.
 
 protoc names Python modules after the proto file path (``strom/v1/x.proto`` -> ``strom.v1.x_pb2``);
-we keep the proto package ``strom.v1`` (docs/architecture.md § 3) and rewrite the generated imports to
-the ``strom.protocol.v1`` package where the stubs live.
+we keep the proto package ``strom.v1`` (docs/architecture.md § 3) and rewrite the generated
+imports to the ``strom.protocol.v1`` package where the stubs live.
 """
 
 from __future__ import annotations

@@ -18,6 +18,16 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with running_broker(tmp_path_factory.mktemp("kafka"),
                         config={"group.initial.rebalance.delay.ms": "0"}) as b:
         yield b
+    assert_no_internal_errors(b)
+
+
+def assert_no_internal_errors(broker: BrokerProcess) -> None:
+    """A handler that failed inside the broker closed a client's connection; clients retry, so
+    only the broker's log tells: it must not have a traceback from the Kafka front."""
+    log = broker.stderr_path.read_text(errors="replace")
+    failures = [line for line in log.splitlines()
+                if "ERROR" in line and ("strom.broker.kafka" in line or "asyncio" in line)]
+    assert not failures, "\n".join(failures[:5])
 
 
 def new_topic(broker: BrokerProcess, partitions: int = 1, rf: int = 1) -> str:

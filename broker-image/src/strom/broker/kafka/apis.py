@@ -12,12 +12,21 @@ from typing import Any
 
 from strom.broker.kafka import (
     api_versions,
+    delete_groups,
+    describe_groups,
     fetch,
     find_coordinator,
+    heartbeat,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
     produce,
+    sync_group,
 )
 from strom.broker.kafka.context import Context
 
@@ -43,6 +52,16 @@ APIS: dict[int, Api] = {
         Api(api_versions.KEY, "ApiVersions", api_versions.VERSIONS, api_versions.handle),
         Api(init_producer_id.KEY, "InitProducerId", init_producer_id.VERSIONS,
             init_producer_id.handle),
+        Api(join_group.KEY, "JoinGroup", join_group.VERSIONS, join_group.handle),
+        Api(sync_group.KEY, "SyncGroup", sync_group.VERSIONS, sync_group.handle),
+        Api(heartbeat.KEY, "Heartbeat", heartbeat.VERSIONS, heartbeat.handle),
+        Api(leave_group.KEY, "LeaveGroup", leave_group.VERSIONS, leave_group.handle),
+        Api(offset_commit.KEY, "OffsetCommit", offset_commit.VERSIONS, offset_commit.handle),
+        Api(offset_fetch.KEY, "OffsetFetch", offset_fetch.VERSIONS, offset_fetch.handle),
+        Api(list_groups.KEY, "ListGroups", list_groups.VERSIONS, list_groups.handle),
+        Api(describe_groups.KEY, "DescribeGroups", describe_groups.VERSIONS,
+            describe_groups.handle),
+        Api(delete_groups.KEY, "DeleteGroups", delete_groups.VERSIONS, delete_groups.handle),
     )
 }
 

@@ -5,7 +5,8 @@ Why it exists: kio has one set of classes per API version (``kio.schema.fetch.v1
 answer once, by class and field name, through :meth:`Context.build`, which picks the classes of
 the request's version and drops the fields that version does not carry, so one handler serves
 every version it advertises (as Kafka's generated ``*Data`` classes do with ``setXxx`` on a
-version without the field being ignored when it holds the default).
+version without the field being ignored when it holds the default). A None for a string or bytes
+field that only later versions make nullable is written as empty, as Kafka writes it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaErrorCode
+from kio.serial._introspect import is_optional
 
 from strom.broker.core import BrokerCore
 from strom.broker.kafka.frames import Request, response_module
@@ -25,12 +27,17 @@ NO_THROTTLE = datetime.timedelta(0)
 
 
 _FIELDS: dict[type[Any], frozenset[str]] = {}
+_NOT_NULL: dict[type[Any], dict[str, object]] = {}
+_EMPTY = {"string": "", "bytes": b"", "records": b""}
 
 
 def _field_names(cls: type[Any]) -> frozenset[str]:
     names = _FIELDS.get(cls)
     if names is None:
         names = _FIELDS[cls] = frozenset(f.name for f in fields(cls))
+        _NOT_NULL[cls] = {f.name: _EMPTY[f.metadata["kafka_type"]] for f in fields(cls)
+                          if f.metadata.get("kafka_type") in _EMPTY and "tag" not in f.metadata
+                          and not is_optional(f)}
     return names
 
 
@@ -61,7 +68,9 @@ class Context:
         """An instance of response class ``class_name`` with the ``values`` this version has."""
         cls = self.cls(class_name)
         names = _field_names(cls)
-        return cls(**{k: v for k, v in values.items() if k in names})
+        empty = _NOT_NULL[cls]
+        return cls(**{k: (empty[k] if v is None and k in empty else v)
+                      for k, v in values.items() if k in names})
 
     def has(self, name: str, field: str) -> bool:
         return field in _field_names(self.cls(name))

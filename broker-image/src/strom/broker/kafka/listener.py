@@ -162,7 +162,13 @@ class KafkaListener:
                 time.perf_counter() - started)
         if response is None:
             return True
-        return await self._send(writer, encode_response(parsed.correlation_id, response))
+        try:
+            data = encode_response(parsed.correlation_id, response)
+        except Exception:
+            log.exception("Kafka %s v%d response to %s could not be encoded; closing the "
+                          "connection", api.name, parsed.api_version, peer)
+            return False
+        return await self._send(writer, data)
 
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> bool:
         writer.write(data)

@@ -1,0 +1,46 @@
+"""DescribeGroups (key 15), versions 0-5: state, protocol and members of groups, through the
+coordinator's DescribeGroups handler the gRPC front uses (what Kafka UIs and exporters show).
+
+Supports each member's id, static instance id (v4+), client id, subscription (re-encoded as
+ConsumerProtocolSubscription bytes of its topics) and assignment (ConsumerProtocolAssignment
+bytes); a group this broker does not coordinate answers NOT_COORDINATOR; an unknown group is
+``Dead`` with no members, as Kafka answers.
+
+Not supported: ``client_host`` (empty: the coordinator does not record peers), authorized
+operations (v3+: "not requested"), v6 (KIP-1043's describe errors, not advertised).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.coordinator import handlers as groups
+from strom.broker.kafka.consumer_protocol import encode_assignment, encode_subscription
+from strom.broker.kafka.context import NO_THROTTLE, Context, code
+from strom.groups.membership import Subscription
+from strom.protocol.v1 import group_pb2
+
+KEY = 15
+VERSIONS = (0, 5)
+
+
+async def handle(ctx: Context) -> Any:
+    answer = await groups.describe_groups(ctx.core.groups, group_pb2.DescribeGroupsRequest(
+        group_ids=list(ctx.body.groups)))
+    described = []
+    for g in answer.groups:
+        members = tuple(
+            ctx.build("DescribedGroupMember", member_id=m.member_id,
+                      group_instance_id=m.group_instance_id or None, client_id=m.client_id,
+                      client_host="",
+                      member_metadata=encode_subscription(
+                          Subscription(tuple(m.subscribed_topics))),
+                      member_assignment=encode_assignment(
+                          (tp.topic, tp.partition) for tp in m.assignment))
+            for m in g.members)
+        described.append(ctx.build(
+            "DescribedGroup", error_code=code(g.error_code), group_id=g.group_id,
+            group_state=g.state or ("Dead" if not g.error_code else ""),
+            protocol_type=g.protocol_type, protocol_data=g.protocol, members=members))
+    return ctx.build("DescribeGroupsResponse", throttle_time=NO_THROTTLE,
+                     groups=tuple(described))

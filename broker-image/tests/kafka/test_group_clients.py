@@ -1,0 +1,155 @@
+"""Consumer groups over the Kafka listener with librdkafka: several members share partitions and
+rebalance, commits survive a restart of the consumers, admin tools list/describe/delete groups,
+and a group mixes a Kafka-protocol member with a Strom (gRPC) member."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from strom.client import Consumer as StromConsumer
+from strom.testing import BrokerProcess
+
+from .conftest import new_topic
+
+pytestmark = pytest.mark.integration
+
+
+def _fill(broker: BrokerProcess, topic: str, partitions: int, n: int) -> None:
+    p = Producer({"bootstrap.servers": broker.kafka_bootstrap})
+    for i in range(n):
+        p.produce(topic, value=b"%d" % i, partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+_open: list[Consumer] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_consumers() -> Iterator[None]:
+    """Every consumer a test opened is closed, also after a failed assertion."""
+    yield
+    while _open:
+        with contextlib.suppress(RuntimeError):
+            _open.pop().close()
+
+
+def _consumer(broker: BrokerProcess, group: str, **extra: object) -> Consumer:
+    c = Consumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, **extra})
+    _open.append(c)
+    return c
+
+
+def _until(check: Callable[[], bool], timeout: float, step: Callable[[], None]) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        step()
+        if check():
+            return True
+    return False
+
+
+def test_three_members_share_partitions_rebalance_and_resume_from_commits(
+        broker: BrokerProcess) -> None:
+    topic = new_topic(broker, partitions=6)
+    _fill(broker, topic, 6, 600)
+    group = f"{topic}-g"
+    members = [_consumer(broker, group) for _ in range(3)]
+    seen: dict[int, set[bytes]] = {0: set(), 1: set(), 2: set()}
+    for c in members:
+        c.subscribe([topic])
+
+    def poll_all() -> None:
+        for i, c in enumerate(members):
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                seen[i].add(m.value())
+
+    assert _until(lambda: all(len(c.assignment()) == 2 for c in members), 60, poll_all), \
+        [c.assignment() for c in members]
+    assigned = [tp.partition for c in members for tp in c.assignment()]
+    assert sorted(assigned) == list(range(6))
+    assert _until(lambda: sum(len(s) for s in seen.values()) >= 600, 60, poll_all)
+    for c in members:
+        c.commit(asynchronous=False)
+    members[2].close()  # leaves: its partitions move to the others
+    members = members[:2]
+    assert _until(lambda: sorted(tp.partition for c in members for tp in c.assignment())
+                  == list(range(6)), 60, poll_all)
+    for c in members:
+        c.close()
+    _fill(broker, topic, 6, 60)  # 60 more; a new consumer resumes after the commits
+    again = _consumer(broker, group)
+    again.subscribe([topic])
+    values: list[bytes] = []
+
+    def poll_one() -> None:
+        m = again.poll(0.2)
+        if m is not None and m.error() is None:
+            values.append(m.value())
+
+    assert _until(lambda: len(values) >= 60, 60, poll_one)
+    time.sleep(1)
+    poll_one()
+    again.close()
+    assert sorted(values) == sorted(b"%d" % i for i in range(60))
+
+
+def test_admin_lists_describes_and_deletes_groups_and_reads_their_offsets(
+        broker: BrokerProcess) -> None:
+    topic = new_topic(broker, partitions=2)
+    _fill(broker, topic, 2, 20)
+    group = f"{topic}-admin"
+    c = _consumer(broker, group)
+    c.subscribe([topic])
+    got: list[int] = []
+
+    def poll() -> None:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(m.partition())
+
+    assert _until(lambda: len(got) == 20, 60, poll), got
+    c.commit(asynchronous=False)
+    admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
+    listed = admin.list_consumer_groups().result(10)
+    assert group in {g.group_id for g in listed.valid}
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert str(described.state).endswith("STABLE")
+    assert len(described.members) == 1
+    assert {tp.partition for tp in described.members[0].assignment.topic_partitions} == {0, 1}
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    offsets = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)])[group].result(10)
+    assert {(tp.partition, tp.offset) for tp in offsets.topic_partitions} == {(0, 10), (1, 10)}
+    busy = admin.delete_consumer_groups([group])[group]
+    with pytest.raises(Exception, match="NON_EMPTY_GROUP"):
+        busy.result(10)
+    c.close()
+    admin.delete_consumer_groups([group])[group].result(10)
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+
+
+def test_commits_from_a_kafka_consumer_are_read_by_a_strom_consumer(
+        broker: BrokerProcess) -> None:
+    topic = new_topic(broker)
+    _fill(broker, topic, 1, 10)
+    group = f"{topic}-shared"
+    c = _consumer(broker, group)
+    c.assign([TopicPartition(topic, 0, 0)])
+    c.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+    c.close()
+    with StromConsumer(broker.bootstrap, group_id=group, auto_offset_reset="earliest") as s:
+        s.subscribe([topic])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 3 and time.monotonic() < deadline:
+            values += [r.value for r in s.poll(200)]
+    assert values == [b"7", b"8", b"9"]

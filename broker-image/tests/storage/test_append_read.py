@@ -194,7 +194,7 @@ def test_truncate_to_and_epochs(open_log, make_batch):
     assert log.log_end_offset == 6
     log.truncate_fully_and_start_at(100)
     assert (log.log_start_offset, log.log_end_offset, log.epochs) == (100, 100, [])
-    log.append_as_leader(encode_batch([(b"a", b"b")]), 9)
+    log.append_as_leader(make_batch(1), 9)
     assert offsets(log.read(100, 100).records) == [100]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -31,8 +32,13 @@ def _fill(log: PartitionLog, ts: int) -> None:
         for key in (b"a", b"b", b"c", b"d"):
             log.append_as_leader(encode_batch([(key, b"%s%d" % (key, round_))],
                                               timestamp_ms=ts), 0)
+    # a keyless record from before the topic became compacted (appends to a compacted topic
+    # refuse records without a key, as Kafka's): the cleaner keeps it
+    compacted = log.config
+    log.config = dataclasses.replace(compacted, cleanup_policy="delete")
     log.append_as_leader(encode_batch([(b"b", None), (b"e", b"e0"), (None, b"nokey")],
                                       timestamp_ms=ts), 0)
+    log.config = compacted
     log.maybe_roll(ts + 2_000)  # close the active segment (segment.ms=1000) so all is cleanable
 
 

@@ -11,7 +11,7 @@ def test_create_load_delete(tmp_path, clock):
     mgr = LogManager(dirs, LogConfig(), clock=clock)
     for p in range(4):
         mgr.create("my-topic", p, LogConfig()).append_as_leader(
-            encode_batch([(b"k", b"v%d" % p)]), 0)
+            encode_batch([(b"k", b"v%d" % p)], timestamp_ms=clock.now), 0)
     assert {len(list(d.iterdir())) for d in dirs} == {2}
     assert mgr.get("my-topic", 9) is None
     mgr.close()

@@ -34,7 +34,8 @@ def _reopen(path: Path, clock) -> PartitionLog:
 def _check(log: PartitionLog, end: int) -> None:
     assert log.log_end_offset == end
     assert [r.offset for r in decode_batches(log.read(0, 1 << 20).records)] == list(range(end))
-    log.append_as_leader(encode_batch([(b"new", b"x")]), 3)
+    # stamped at the clock fixture's time (a producer's clock far ahead would be refused)
+    log.append_as_leader(encode_batch([(b"new", b"x")], timestamp_ms=1_700_000_000_000), 3)
     assert log.log_end_offset == end + 1
     assert [r.value for r in decode_batches(log.read(end, 1 << 20).records)] == [b"x"]
 
@@ -93,7 +94,7 @@ def test_torn_write_in_middle_segment_deletes_later_segments(tmp_path, clock):
 def test_clean_shutdown_still_checks_the_tail(tmp_path, clock):
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, topic="t", partition=0, clock=clock)
     for _ in range(5):
-        log.append_as_leader(encode_batch([(b"k", b"v" * 30)] * 4), 0)
+        log.append_as_leader(encode_batch([(b"k", b"v" * 30)] * 4, timestamp_ms=clock.now), 0)
     log.close()
     seg = tmp_path / "t-0" / "00000000000000000000.log"
     seg.write_bytes(seg.read_bytes()[:-1])

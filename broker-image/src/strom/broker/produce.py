@@ -10,11 +10,14 @@ acks value fails the whole request with INVALID_REQUIRED_ACKS; a negative ``time
 INVALID_REQUEST.
 
 Partitions of one request are served concurrently, so one partition waiting for its followers
-does not hold up the others. Per partition, every batch is validated before anything is written
-(magic 2, lengths, CRC-32C, ``max.message.bytes``, record counts): UNKNOWN_TOPIC_OR_PARTITION,
-CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_RECORD leave that partition's log unchanged, and
-other partitions of the same request are unaffected. Unknown topics are created only with
-auto.create.topics.enable. A successful append wakes fetches waiting on the partition.
+does not hold up the others. Per partition, every batch is validated before anything is written:
+its header (magic 2, lengths, CRC-32C, ``max.message.bytes``) and every record in it, decoded and
+decompressed (:mod:`strom.protocol.validation`, Kafka's LogValidator: counts, offset deltas,
+lengths, timestamps, control/transactional flags, producer fields). UNKNOWN_TOPIC_OR_PARTITION,
+CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_RECORD, INVALID_TIMESTAMP, INVALID_TXN_STATE leave
+that partition's log unchanged, and other partitions of the same request are unaffected. Unknown
+topics are created only with auto.create.topics.enable. A successful append wakes fetches waiting
+on the partition.
 
 Not supported: transactions.
 """

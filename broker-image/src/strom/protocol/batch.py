@@ -212,6 +212,13 @@ def set_log_append_time(buf: bytearray, position: int, size: int, timestamp_ms: 
     _UI.pack_into(buf, position + 17, compute_crc(buf, position, size))
 
 
+def set_max_timestamp(buf: bytearray, position: int, size: int, timestamp_ms: int) -> None:
+    """Overwrite a batch's maxTimestamp and recompute its CRC (the leader corrects a
+    producer's wrong maxTimestamp, as Kafka's LogValidator does)."""
+    _Q.pack_into(buf, position + 35, timestamp_ms)
+    _UI.pack_into(buf, position + 17, compute_crc(buf, position, size))
+
+
 def whole_batches_within(records: bytes, limit: int) -> bytes:
     """The longest prefix of whole batches that fits in ``limit`` bytes (maybe empty): fetch
     answers never cut a batch, for consumers and followers alike."""

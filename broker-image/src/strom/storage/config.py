@@ -36,6 +36,8 @@ class LogConfig:
     index_interval_bytes: int = 4096  # index.interval.bytes
     segment_index_bytes: int = 10485760  # segment.index.bytes (max index size; roll when full)
     message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
+    message_timestamp_before_max_ms: int = INT64_MAX  # message.timestamp.before.max.ms
+    message_timestamp_after_max_ms: int = 3600000  # message.timestamp.after.max.ms (Kafka 4)
     min_insync_replicas: int = 1  # min.insync.replicas (used by replication)
     unclean_leader_election_enable: bool = False
 
@@ -160,6 +162,14 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
                   _choice("CreateTime", "LogAppendTime"),
                   "Keep the producer's timestamp (CreateTime) or stamp the broker's time.",
                   "message_timestamp_type"),
+        ConfigDef("message.timestamp.before.max.ms", "long",
+                  _D.message_timestamp_before_max_ms, _int(0, hint=_MS),
+                  "Refuse CreateTime records stamped more than this before the broker's time.",
+                  "message_timestamp_before_max_ms"),
+        ConfigDef("message.timestamp.after.max.ms", "long",
+                  _D.message_timestamp_after_max_ms, _int(0, hint=_MS),
+                  "Refuse CreateTime records stamped more than this after the broker's time.",
+                  "message_timestamp_after_max_ms"),
         ConfigDef("min.insync.replicas", "int", _D.min_insync_replicas,
                   _int(1, INT32_MAX, hint="use a replica count, at least 1"),
                   "Replicas that must have a record before acks=all succeeds.",

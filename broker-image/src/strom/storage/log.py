@@ -4,10 +4,11 @@ This is the storage engine's front door for the broker and replication. It owns 
 ``<log.dir>/<topic>-<partition>/``: the segments, ``recovery-point-checkpoint`` (recovery point, log
 start offset, high watermark), ``leader-epoch-checkpoint`` and the clean-shutdown marker.
 
-The hot paths do per-batch, never per-record, Python work: an append validates the batch headers
-and CRCs, patches base offset and leader epoch into the header (both outside the CRC) and writes the
-bytes with one ``pwrite``; a read bisects the segment list, bisects one offset index, walks a few
-batch headers and returns one ``pread`` of whole batches.
+The hot paths do per-batch Python work: a leader's append validates the batch headers and CRCs,
+decodes every record once in the compiled codec to validate it (``strom.protocol.validation``,
+Kafka's LogValidator), patches base offset and leader epoch into the header (both outside the
+CRC) and writes the bytes with one ``pwrite``; a read bisects the segment list, bisects one
+offset index, walks a few batch headers and returns one ``pread`` of whole batches.
 
 Not thread-safe by design: each log is owned by one task (the partition's owner in the broker).
 """
@@ -32,10 +33,12 @@ from strom.protocol.batch import (
     parse_header,
     patch_offsets,
     set_log_append_time,
+    set_max_timestamp,
     validate_batches,
 )
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches
+from strom.protocol.validation import RecordPolicy, validate_records
 from strom.storage import compaction, producer_state, recovery, retention
 from strom.storage.checkpoint import (
     CLEAN_SHUTDOWN,
@@ -198,19 +201,17 @@ class PartitionLog:
     def append_as_leader(self, records: bytes | memoryview, leader_epoch: int) -> AppendResult:
         """Validate, assign offsets to and append the producer's batches; all or nothing."""
         self._check_open()
-        headers = validate_batches(records, max_batch_bytes=self.config.max_message_bytes)
-        for h in headers:
-            if h.records_count <= 0 or h.records_count != h.last_offset_delta + 1:
-                raise StromError(
-                    ErrorCode.INVALID_RECORD,
-                    f"record batch at byte {h.position} has {h.records_count} records but last "
-                    f"offset delta {h.last_offset_delta}; a producer batch must hold at least one "
-                    f"record with offset deltas 0..n-1")
         latest = self._epochs.latest_epoch
         if latest is not None and leader_epoch < latest:
             raise StromError(ErrorCode.FENCED_LEADER_EPOCH,
                              f"leader epoch {leader_epoch} is older than the log's latest epoch "
                              f"{latest}")
+        config = self.config
+        headers = validate_batches(records, max_batch_bytes=config.max_message_bytes)
+        now = self._clock()
+        max_stamps = validate_records(records, headers, RecordPolicy(
+            config.log_append_time, config.compact, config.message_timestamp_before_max_ms,
+            config.message_timestamp_after_max_ms), now)
         if any(h.producer_id >= 0 for h in headers):
             dup = self._producers.check_all(headers)
             if dup is not None:
@@ -219,15 +220,19 @@ class PartitionLog:
                     record_count=dup.last_offset - dup.first_offset + 1, size_bytes=0,
                     log_append_time_ms=-1, max_timestamp=max(h.max_timestamp for h in headers),
                     duplicate=True)
-        now = self._clock()
-        append_time = self.config.log_append_time
+        append_time = config.log_append_time
         offset = self.log_end_offset
         buf: bytes | bytearray | memoryview = records
-        if append_time:  # attributes, maxTimestamp and the CRC change: patch a copy
+        wrong_max = not append_time and any(
+            h.max_timestamp != ts for h, ts in zip(headers, max_stamps, strict=True))
+        if append_time or wrong_max:  # attributes, maxTimestamp and the CRC change: a copy
             buf = bytearray(records)
-            for h in headers:
+            for h, ts in zip(headers, max_stamps, strict=True):
                 patch_offsets(buf, h.position, offset, leader_epoch)
-                set_log_append_time(buf, h.position, h.size, now)
+                if append_time:
+                    set_log_append_time(buf, h.position, h.size, now)
+                elif h.max_timestamp != ts:
+                    set_max_timestamp(buf, h.position, h.size, ts)
                 offset += h.last_offset_delta + 1
             patched = [parse_header(buf, h.position) for h in headers]
         else:  # only fields outside the CRC: written from the headers, the bytes not copied
@@ -237,7 +242,7 @@ class PartitionLog:
                 offset += h.last_offset_delta + 1
         if self._epochs.assign(leader_epoch, patched[0].base_offset):
             self._epochs.save()
-        self._write(buf, patched, now, offsets_from_headers=not append_time)
+        self._write(buf, patched, now, offsets_from_headers=buf is records)
         return AppendResult(
             base_offset=patched[0].base_offset, last_offset=patched[-1].last_offset,
             record_count=sum(h.records_count for h in patched), size_bytes=len(buf),

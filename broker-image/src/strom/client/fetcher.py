@@ -5,7 +5,11 @@ prefetch buffer has room (``SubscriptionState.max_buffered_fetches`` answers per
 next answer is on its way while the application processes the last — ``poll()`` then only decodes.
 Errors per partition are handled as Kafka's fetcher does: NOT_LEADER_OR_FOLLOWER and other
 retriable codes refresh metadata and back off; OFFSET_OUT_OF_RANGE resets by
-``auto_offset_reset``; anything else is raised from the next ``poll()``.
+``auto_offset_reset``; anything else is raised from the next ``poll()``. A corrupt batch (CRC
+mismatch with ``check_crcs``, on by default as Kafka's ``check.crcs``, or records that do not
+decode) is Kafka's CorruptRecordException: ``poll()`` returns the records before it, then raises
+on every call, the position staying at the first record not returned, until the application
+seeks past it.
 
 Runs on one event loop (the caller's for ``AsyncConsumer``, a private thread's for ``Consumer``);
 ``on_data`` tells the front that records arrived.
@@ -38,8 +42,7 @@ from strom.client.connections import Connections, MetadataRefresher, now_ms, rpc
 from strom.client.metadata import ClusterMetadata
 from strom.client.models import TopicPartition
 from strom.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
-from strom.client.positions import EARLIEST, CompletedFetch, SubscriptionState
-from strom.protocol.batch import compute_crc, iter_headers
+from strom.client.positions import EARLIEST, SubscriptionState
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
 from strom.protocol.records import Record, RecordTaker
 from strom.protocol.v1 import broker_pb2
@@ -121,7 +124,7 @@ class ConsumerSettings:
               max_partition_fetch_bytes: int = 1048576, max_poll_records: int = 500,
               auto_offset_reset: str = "latest", request_timeout_ms: int = 30000,
               retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
-              check_crcs: bool = False, group_id: str | None = None,
+              check_crcs: bool = True, group_id: str | None = None,
               group_instance_id: str | None = None, client_id: str = "strom-consumer",
               enable_auto_commit: bool | None = None, auto_commit_interval_ms: int = 5000,
               session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
@@ -231,14 +234,22 @@ class ConsumerCore:
                 if c is None:
                     break
             if c.records is None:
-                if self.settings.check_crcs:
-                    _check_crcs(c)
-                c.records = RecordTaker(c.data, c.tp.topic, c.tp.partition, c.fetch_offset)
+                c.records = RecordTaker(c.data, c.tp.topic, c.tp.partition, c.fetch_offset,
+                                        check_crcs=self.settings.check_crcs)
             want = max_records - len(out)
             # decode only what this poll returns (whole batches at a time): big prefetched
             # answers never become one huge list of Records (which the cyclic GC would rescan)
-            chunk = c.records.take(want)
-            exhausted = len(chunk) < want
+            try:
+                chunk = c.records.take(want)
+            except StromError:
+                # a corrupt batch with nothing before it: ``c`` stays first in line and the
+                # position where it is, so every poll raises until the application seeks
+                # (Kafka's consumer on CorruptRecordException); auto-commit commits nothing new
+                if out:
+                    break
+                raise
+            stopped = c.records.error is not None  # records before a corrupt batch
+            exhausted = len(chunk) < want and not stopped
             with subs.lock:
                 if not subs.advance(c, chunk[-1] if chunk else None, exhausted):
                     continue
@@ -247,6 +258,8 @@ class ConsumerCore:
                 out.extend(chunk)
             else:
                 out = chunk
+            if stopped:
+                break  # deliver what precedes the corrupt batch now; the next poll raises
         return out, freed
 
     # --- the fetcher (on the loop) -------------------------------------------------------
@@ -430,11 +443,3 @@ class ConsumerCore:
                            ) -> dict[TopicPartition, tuple[int, int]]:
         return await list_offsets(self.conns, self.retry, wanted,
                                   self.settings.request_timeout_ms / 1000.0)
-
-
-def _check_crcs(c: CompletedFetch) -> None:
-    for h in iter_headers(c.data):
-        if compute_crc(c.data, h.position, h.size) != h.crc:
-            raise StromError(ErrorCode.CORRUPT_MESSAGE,
-                             f"record batch at offset {h.base_offset} of {c.tp} fails its "
-                             f"CRC-32C check")

@@ -156,10 +156,14 @@ class SubscriptionState:
         if not data or st.fetch_offset is None:
             return False
         next_offset = st.fetch_offset
+        whole = False
         for h in iter_headers(data):
             next_offset = max(next_offset, h.next_offset)
-        if next_offset <= st.fetch_offset:
+            whole = True
+        if whole and next_offset <= st.fetch_offset:
             return False
+        # without a single whole batch the answer is damaged: queued all the same, so poll()
+        # raises its error (the position does not move) instead of fetching it forever
         self.completed.append(CompletedFetch(tp, generation, data, st.fetch_offset, next_offset))
         st.fetch_offset = next_offset
         st.buffered += 1

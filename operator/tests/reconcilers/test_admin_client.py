@@ -87,3 +87,26 @@ def test_unreachable_or_broken_answers_are_unknown():
 
     admin = AdminClusterAdmin(factory=bad_address)
     assert admin.describe(REF, SPEC) is None and "bad address" in admin.last_error
+
+
+class GroupStandIn(StandIn):
+    def describe_group(self, group_id):
+        from strom.client.models import GroupDescription
+
+        return GroupDescription(group_id=group_id, state="Empty")
+
+    def group_lag(self, group_id):
+        from strom.client.models import GroupPartitionLag
+
+        return [
+            GroupPartitionLag("t", 0, committed=40, log_start_offset=0, log_end_offset=100),
+            GroupPartitionLag("t", 1, committed=None, log_start_offset=30, log_end_offset=100),
+            # a topic deleted since the group committed: its log end is unknown
+            GroupPartitionLag("gone", 0, committed=7, log_start_offset=-1, log_end_offset=-1),
+        ]
+
+
+def test_group_view_takes_the_one_lag_definition_and_skips_deleted_topics():
+    admin = AdminClusterAdmin({"ns/c": "10.0.0.1:9092"}, factory=GroupStandIn)
+    view = admin.group(REF, SPEC, "g", ["t", "gone"])
+    assert [(r.topic, r.partition, r.lag) for r in view.lags] == [("t", 0, 60), ("t", 1, 70)]

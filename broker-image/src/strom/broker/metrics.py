@@ -43,6 +43,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from strom.model.lag import partition_lag
 from strom.replication.manager import ReplicaManager
 from strom.storage.log import PartitionLog
 
@@ -193,8 +194,9 @@ class _GroupCollector(Collector):
         for group, topic, partition, offset, high_watermark in source.committed_offsets():
             key = [group, topic, str(partition)]
             committed.add_metric(key, offset)
-            if high_watermark is not None:
-                lag.add_metric(key, max(high_watermark - offset, 0))
+            known = None if high_watermark is None else partition_lag(high_watermark, offset)
+            if known is not None:
+                lag.add_metric(key, known)
         yield committed
         yield lag
 

@@ -11,6 +11,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from strom.model.lag import partition_lag
 from strom.protocol.errors import ErrorCode, StromError
 
 #: ``Consumer.seek(tp, OFFSET_BEGINNING)`` moves to the log start offset (Kafka's -2).
@@ -275,10 +276,9 @@ class GroupDescription:
 class GroupPartitionLag:
     """How far a group trails one partition; member fields are None when nobody owns it.
 
-    ``lag`` is ``log_end_offset - committed`` (never negative). A partition without a commit has
-    ``committed`` None and, by convention here, ``lag = log_end_offset - log_start_offset``: the
-    records a consumer starting from the earliest offset would still have to read. Log offsets
-    are -1 (and ``lag`` None) for a partition whose topic no longer exists.
+    ``lag`` is the one definition of :mod:`strom.model.lag`: ``log_end_offset - committed``
+    (never negative); without a commit, ``log_end_offset - log_start_offset``. Log offsets are -1
+    (and ``lag`` None) for a partition whose topic no longer exists.
     """
 
     topic: str
@@ -296,11 +296,8 @@ class GroupPartitionLag:
 
     @property
     def lag(self) -> int | None:
-        """None only when the log end is unknown (the topic is gone)."""
-        if self.log_end_offset < 0:
-            return None
-        start = self.log_start_offset if self.committed is None else self.committed
-        return max(0, self.log_end_offset - max(start, 0))
+        """None only when the log end is unknown (the topic is gone); see ``strom.model.lag``."""
+        return partition_lag(self.log_end_offset, self.committed, self.log_start_offset)
 
 
 #: ``OffsetReset.kind`` values (kafka-consumer-groups --reset-offsets scenarios).

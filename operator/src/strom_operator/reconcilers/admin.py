@@ -384,9 +384,10 @@ class AdminClusterAdmin:
         return GroupView(
             state=str(description.state),
             members=len(description.members),
-            lags=tuple(
-                PartitionLag(r.topic, r.partition, r.committed, int(r.log_end_offset), int(r.lag))
+            lags=tuple(  # lag as strom.model.lag defines it; None: the topic is gone
+                PartitionLag(r.topic, r.partition, r.committed, r.log_end_offset, r.lag)
                 for r in lags
+                if r.lag is not None
             ),
             partitions=sum(len(t.partitions) for t in described),
         )

@@ -6,6 +6,7 @@ import datetime
 
 import pytest
 
+from strom.controller.placement import assign_replicas
 from strom_operator.model import groups, rebalance, scaling
 from strom_operator.model.cluster_state import Moving, PartitionInfo, build_state
 from strom_operator.model.errors import PlanError
@@ -63,7 +64,7 @@ def test_build_state_during_a_reassignment():
 
 
 def test_rebalance_plan_scale_out_and_drain():
-    start = rebalance.initial_assignment(12, 3, dict.fromkeys(range(3)))
+    start = dict(enumerate(assign_replicas(12, 3, dict.fromkeys(range(3)))))
     assignment = {("t", p): r for p, r in start.items()}
     out = scaling.rebalance_plan(assignment, {}, range(5))
     loads = rebalance.loads(out.assignment, range(5))
@@ -81,7 +82,7 @@ def test_rebalance_plan_scale_out_and_drain():
 
 def test_rebalance_plan_is_rack_aware():
     racks = {0: "a", 1: "b", 2: "c", 3: "a", 4: "b", 5: "c"}
-    start = rebalance.initial_assignment(6, 3, {b: racks[b] for b in range(3)})
+    start = dict(enumerate(assign_replicas(6, 3, {b: racks[b] for b in range(3)})))
     out = scaling.rebalance_plan({("t", p): r for p, r in start.items()}, racks, range(6))
     for replicas in out.assignment.values():
         assert len({racks[b] for b in replicas}) == 3

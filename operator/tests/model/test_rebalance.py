@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from strom.controller.placement import assign_replicas
 from strom_operator.model import rebalance
 from strom_operator.model.errors import PlanError
 
@@ -20,7 +21,7 @@ def _check_invariants(before, plan, remaining, leaving=()):
 
 def _cluster(brokers, partitions, rf, racks=None):
     rack_map = {b: (racks[b % len(racks)] if racks else None) for b in range(brokers)}
-    start = rebalance.initial_assignment(partitions, rf, rack_map)
+    start = dict(enumerate(assign_replicas(partitions, rf, rack_map)))
     return {("t", p): r for p, r in start.items()}, rack_map
 
 
@@ -77,14 +78,6 @@ def test_balance_never_reduces_rack_spread():
     for tp, replicas in plan.assignment.items():
         assert len({racks[b] for b in replicas}) == 3, (tp, replicas)
     _check_invariants(assignment, plan, racks)
-
-
-def test_initial_assignment_spreads_racks_and_leaders():
-    racks = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c"}
-    out = rebalance.initial_assignment(6, 3, racks)
-    for replicas in out.values():
-        assert len({racks[b] for b in replicas}) == 3
-    assert sorted(r[0] for r in out.values()) == [0, 1, 2, 3, 4, 5]
 
 
 def test_duplicate_broker_in_input_is_rejected():

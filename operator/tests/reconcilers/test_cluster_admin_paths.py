@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from strom.controller.placement import assign_replicas
 from strom_operator.model import rebalance
 from strom_operator.reconcilers import cluster as rc
 from strom_operator.reconcilers.admin import DEFAULT_THROTTLE_BYTES_PER_SEC
@@ -35,7 +36,7 @@ def _sts(api):
 
 
 def _layout(partitions, rf, brokers):
-    start = rebalance.initial_assignment(partitions, rf, dict.fromkeys(brokers))
+    start = dict(enumerate(assign_replicas(partitions, rf, dict.fromkeys(brokers))))
     return {("t", p): r for p, r in start.items()}
 
 

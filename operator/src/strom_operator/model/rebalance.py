@@ -247,33 +247,6 @@ def new_replicas_for_rf(
     return out
 
 
-def initial_assignment(
-    partitions: int, rf: int, racks: Mapping[int, str | None], start: int = 0
-) -> dict[int, list[int]]:
-    """A rack-aware round-robin assignment for a new topic (Kafka's broker-rack alternation)."""
-    brokers = sorted(racks)
-    if rf > len(brokers):
-        raise PlanError(
-            "NotEnoughBrokers",
-            f"replication factor {rf} needs {rf} brokers, the cluster has {len(brokers)}",
-        )
-    by_rack: dict[str | None, list[int]] = {}
-    for b in brokers:
-        by_rack.setdefault(racks[b], []).append(b)
-    # Interleave racks: r1b1, r2b1, r3b1, r1b2, ... so consecutive brokers differ in rack.
-    order: list[int] = []
-    for i in range(max((len(v) for v in by_rack.values()), default=0)):
-        for rack in sorted(by_rack, key=lambda r: (r is None, r or "")):
-            if i < len(by_rack[rack]):
-                order.append(by_rack[rack][i])
-    n = len(order)
-    out: dict[int, list[int]] = {}
-    for p in range(partitions):
-        first = (start + p) % n
-        out[p] = [order[(first + k) % n] for k in range(rf)]
-    return out
-
-
 def imbalance(load: Mapping[int, int]) -> int:
     """max - min replicas per broker (0 or 1 means balanced)."""
     if not load:
@@ -287,7 +260,6 @@ __all__ = [
     "Plan",
     "TopicPartition",
     "imbalance",
-    "initial_assignment",
     "loads",
     "minimum_balance_moves",
     "new_replicas_for_rf",

@@ -88,7 +88,35 @@ def test_replication_defaults_follow_the_broker_count(tmp_path: Path, n: int, rf
 
 def test_one_broker_is_its_own_controller(tmp_path: Path) -> None:
     state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
-    assert state.cluster_config == {} and state.voters == []
+    # no voters configured (it votes alone, on its own port), but recorded as the voter
+    assert state.cluster_config == {} and state.voters == [0]
+    assert [s.voter for s in lc.cluster_status(state)] == [True]
+
+
+def test_a_data_dir_keeps_its_voters_when_started_with_more_brokers(tmp_path: Path) -> None:
+    assert lc.load_layout(tmp_path) is None
+    one = lc.plan_cluster(tmp_path, 1, is_free=always_free)
+    lc.save_layout(one)
+    layout = lc.load_layout(tmp_path)
+    assert layout == lc.Layout(1, [0])
+    five = lc.plan_cluster(tmp_path, 5, is_free=always_free, voters=layout.voters)
+    assert five.voters == [0]
+    assert five.cluster_config["controller.quorum.voters"] == "0@127.0.0.1:9092"
+    assert five.cluster_config["min.insync.replicas"] == "2"
+    lc.check_restart(layout, 5, tmp_path)
+    lc.save_layout(five)
+    with pytest.raises(UsageError, match=r"--brokers 3: .* holds a 5-broker cluster \(controller "
+                       r"voters 0\); start it with --brokers 5 or more"):
+        lc.check_restart(lc.Layout(5, [0]), 3, tmp_path)
+
+
+def test_older_data_dirs_imply_their_layout_from_the_metadata_logs(tmp_path: Path) -> None:
+    for i in range(2):
+        (tmp_path / f"broker-{i}" / "data" / lc.RAFT_DIR).mkdir(parents=True)
+    assert lc.load_layout(tmp_path) == lc.Layout(2, [0, 1])
+    (tmp_path / lc.LAYOUT_FILE).write_text("{not json")
+    with pytest.raises(CliError, match=r"layout\.json is not a valid layout record"):
+        lc.load_layout(tmp_path)
 
 
 def test_user_overrides_win_over_cluster_defaults_but_not_over_the_quorum(tmp_path: Path) -> None:

@@ -145,3 +145,20 @@ def test_random_plans_are_valid_and_balanced(seed: int) -> None:
     before = loads(current)
     kept = sum(len(set(plan[k]) & set(current[k])) for k in plan)
     assert kept >= sum(min(before.get(b, 0), floor) for b in new), (current, new, plan)
+
+
+def test_raise_replication_grows_only_the_small_partitions() -> None:
+    from strom.client.reassign_plan import OFFSETS_TOPIC, raise_replication
+    from strom.groups.offsets import OFFSETS_TOPIC as BROKER_OFFSETS_TOPIC
+
+    assert OFFSETS_TOPIC == BROKER_OFFSETS_TOPIC
+    current = {("__consumer_offsets", p): [0] for p in range(10)}
+    current[("__consumer_offsets", 9)] = [1, 2, 3]
+    plan = raise_replication(current, range(5), 3)
+    assert sorted(plan) == [("__consumer_offsets", p) for p in range(9)]
+    assert all(len(set(r)) == 3 and set(r) <= set(range(5)) for r in plan.values())
+    loads = [sum(b in r for r in plan.values()) for b in range(5)]
+    assert max(loads) - min(loads) <= 1, loads
+    assert raise_replication(current, [0, 1], 3) == {
+        k: plan_k for k, plan_k in raise_replication(current, [0, 1], 2).items()}
+    assert raise_replication({("t", 0): [0, 1, 2]}, range(5), 3) == {}

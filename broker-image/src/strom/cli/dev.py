@@ -94,15 +94,27 @@ def cmd_up(args: argparse.Namespace) -> int:
                 )
             progress(f"a dev cluster is already running in {data_dir}")
         else:
-            state = lc.plan_cluster(data_dir, args.brokers, base_port=args.base_port)
+            layout = lc.load_layout(data_dir)
+            if layout is not None:
+                lc.check_restart(layout, args.brokers, data_dir)
+                if layout.brokers < args.brokers:
+                    progress(f"{data_dir} held {layout.brokers} broker(s); adding "
+                             f"{args.brokers - layout.brokers}, controller voters stay "
+                             f"{', '.join(map(str, layout.voters))} (a quorum's voters do not "
+                             f"change on restart)")
+            state = lc.plan_cluster(data_dir, args.brokers, base_port=args.base_port,
+                                    voters=layout.voters if layout is not None else None)
             state.overrides = overrides
             took = lc.start_cluster(state, args.timeout, progress)
+            if layout is not None and args.brokers > 1:
+                # brokers were added now or in a start that stopped before this step
+                lc.raise_internal_replication(state, args.timeout, progress)
             progress(f"cluster ready in {took:.1f} s")
     if args.output == "json":
         print(state.to_json(), end="")
         return 0
     print(f"Strom dev cluster running: {len(state.brokers)} broker(s), data in {state.data_dir}")
-    if state.voters:
+    if len(state.brokers) > 1:
         print(f"Controller voters: {', '.join(str(v) for v in state.voters)} (combined mode); "
               f"default replication factor {state.cluster_config['default.replication.factor']}, "
               f"min.insync.replicas {state.cluster_config['min.insync.replicas']}")

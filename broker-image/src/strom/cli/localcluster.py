@@ -17,6 +17,15 @@ before any broker starts), ``default.replication.factor=min(N, 3)`` and ``min.in
 one less (at least 1), so a topic survives one broker down and keeps accepting ``acks=all``
 writes. Start-up then also waits until every broker is registered with the controller and
 unfenced. One broker stays what it always was: its own controller, no voters configured.
+
+A data dir remembers what its brokers were started as in ``DIR/layout.json`` (broker count and
+controller voters; ``down`` keeps it, unlike ``cluster.json``). The voter set of a Raft quorum
+cannot change by restarting with another configuration (two quorums would elect two leaders over
+the same metadata log), so ``up`` on an existing data dir keeps the recorded voters: a one-broker
+dir started again with ``--brokers 5`` keeps broker 0 as its only voter and adds four brokers.
+Fewer brokers than recorded is refused (their partitions would be offline). After such a
+scale-out ``up`` raises ``__consumer_offsets`` to ``min(offsets.topic.replication.factor,
+brokers)`` replicas with a reassignment (:func:`raise_internal_replication`).
 """
 
 from __future__ import annotations
@@ -47,6 +56,10 @@ from strom.testing.process import (
 from strom.testing.process import free_port as _free_port
 
 STATE_FILE = "cluster.json"
+LAYOUT_FILE = "layout.json"
+#: A broker's metadata log directory (``strom.broker.cluster.RAFT_DIR``): its presence shows the
+#: broker ran before, for data dirs older than ``layout.json``.
+RAFT_DIR = "__raft"
 LOCK_FILE = ".lock"
 DEFAULT_DATA_DIR = ".strom-dev"
 HOST = "127.0.0.1"
@@ -58,6 +71,8 @@ FIRST_KAFKA_PORT = 19092
 MAX_BROKERS = 9
 #: Voters of the controller quorum in a local cluster (3 tolerate one failure).
 MAX_VOTERS = 3
+#: The broker's default ``offsets.topic.replication.factor``.
+DEFAULT_OFFSETS_RF = 3
 STATE_VERSION = 1
 
 Progress = Callable[[str], None]
@@ -197,12 +212,62 @@ def pick_ports(
     return ports
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What a data dir's brokers were started as (kept across ``down``/``up``)."""
+
+    brokers: int
+    voters: list[int]
+
+
+def default_voters(n: int) -> list[int]:
+    return list(range(min(n, MAX_VOTERS)))
+
+
+def load_layout(data_dir: Path) -> Layout | None:
+    """The recorded layout; for an older data dir, the one its broker dirs imply; None if new."""
+    path = data_dir / LAYOUT_FILE
+    try:
+        raw = json.loads(path.read_text())
+        return Layout(int(raw["brokers"]), [int(v) for v in raw["voters"]])
+    except FileNotFoundError:
+        pass
+    except (ValueError, KeyError, TypeError) as err:
+        raise CliError(f"{path} is not a valid layout record ({err}); it says how many brokers "
+                       "and which controller voters this data dir was started with; delete "
+                       "the data dir to start afresh") from None
+    n = 0
+    while (data_dir / f"broker-{n}" / "data" / RAFT_DIR).is_dir():
+        n += 1
+    return Layout(n, default_voters(n)) if n else None
+
+
+def save_layout(state: ClusterState) -> None:
+    path = Path(state.data_dir) / LAYOUT_FILE
+    path.write_text(json.dumps({"brokers": len(state.brokers), "voters": state.voters}) + "\n")
+
+
+def check_restart(layout: Layout, n: int, data_dir: Path) -> None:
+    """Refuse to start fewer brokers than ``data_dir`` holds (their partitions would be lost
+    from view, and voters among them would leave the quorum without a majority)."""
+    if n < layout.brokers:
+        raise UsageError(
+            f"--brokers {n}: {data_dir} holds a {layout.brokers}-broker cluster (controller "
+            f"voters {', '.join(map(str, layout.voters))}); start it with --brokers "
+            f"{layout.brokers} or more, or delete it with strom dev down --delete-data "
+            f"--data-dir {data_dir}")
+
+
 def plan_cluster(
     data_dir: Path, n: int, host: str = HOST,
     is_free: Callable[[str, int], bool] = port_is_free, base_port: int = FIRST_PORT,
+    voters: list[int] | None = None,
 ) -> ClusterState:
     """Ports ``base_port+i`` (gRPC), ``9404+i`` (metrics) and ``19092+i`` (Kafka protocol)
-    where free; all random if 0."""
+    where free; all random if 0.
+
+    ``voters`` are the controller voters a data dir was started with (default: the first
+    ``min(n, 3)`` brokers)."""
     check_broker_count(n)
     if not 0 <= base_port < 65536:
         raise UsageError(f"--base-port {base_port} must be 0 (random) or a port number")
@@ -217,7 +282,9 @@ def plan_cluster(
                    dir=str(root / f"broker-{i}"), kafka_port=kafka[i])
         for i in range(n)
     ]
-    voters = [b.broker_id for b in brokers[:MAX_VOTERS]] if n > 1 else []
+    voters = default_voters(n) if voters is None else list(voters)
+    if not voters or any(not 0 <= v < n for v in voters):
+        raise UsageError(f"controller voters {voters} are not among brokers 0..{n - 1}")
     return ClusterState(data_dir=str(root), brokers=brokers, created_ms=int(time.time() * 1000),
                         cluster_config=cluster_config(brokers, voters), voters=voters)
 
@@ -230,7 +297,7 @@ def cluster_config(brokers: list[BrokerSpec], voters: list[int]) -> dict[str, st
     setup of RF 3 / min ISR 2.
     """
     if len(brokers) < 2:
-        return {}
+        return {}  # its own controller: the one voter, on its own port
     rf = min(len(brokers), MAX_VOTERS)
     by_id = {b.broker_id: b for b in brokers}
     return {
@@ -400,6 +467,7 @@ def start_cluster(
         wait_ready(state, processes, timeout, progress)
         if len(state.brokers) > 1:
             wait_registered(state, max(1.0, timeout - (time.monotonic() - start)), progress)
+        save_layout(state)
         return time.monotonic() - start
     except BaseException:
         stop_cluster(state, timeout=5.0)
@@ -511,7 +579,8 @@ def cluster_status(state: ClusterState) -> list[BrokerStatus]:
             broker_id=spec.broker_id, pid=spec.pid, address=spec.address,
             metrics_port=spec.metrics_port, alive=alive,
             ready=alive and probe_ready(spec), log_file=str(spec.log_file),
-            voter=spec.broker_id in state.voters or not state.voters,
+            # records older than the voters of one-broker clusters say []: its own voter
+            voter=spec.broker_id in (state.voters or [0]),
         ))
     return out
 
@@ -533,3 +602,40 @@ def running_state(data_dir: Path) -> ClusterState | None:
             f"strom dev down --data-dir {data_dir}, then start it again"
         )
     return None
+
+
+def raise_internal_replication(state: ClusterState, timeout: float,
+                               progress: Progress = _quiet) -> int:
+    """Raise ``__consumer_offsets`` to ``min(offsets.topic.replication.factor, brokers)``
+    replicas after brokers were added; wait (bounded) until the reassignment is done.
+
+    Returns how many partitions it moved (0: nothing to do, e.g. no group ever ran). Kafka
+    leaves this to the administrator (``kafka-reassign-partitions``); the same reassignment by
+    hand is ``strom reassign execute`` with a plan naming more replicas.
+    """
+    from strom.client import Admin
+    from strom.client.reassign_plan import OFFSETS_TOPIC, raise_replication
+
+    wanted = int(state.overrides.get("offsets.topic.replication.factor", DEFAULT_OFFSETS_RF))
+    deadline = time.monotonic() + timeout
+    with Admin(state.bootstrap, request_timeout_ms=max(1000, int(timeout * 1000))) as admin:
+        if OFFSETS_TOPIC not in admin.list_topics(include_internal=True):
+            return 0
+        (desc,) = admin.describe_topics([OFFSETS_TOPIC], include_internal=True)
+        current = {(OFFSETS_TOPIC, p.partition): list(p.replicas) for p in desc.partitions}
+        plan = raise_replication(current, [b.broker_id for b in state.brokers], wanted)
+        if not plan:
+            return 0
+        before = min(len(current[k]) for k in plan)
+        after = min(len(v) for v in plan.values())
+        progress(f"raising {OFFSETS_TOPIC} from replication factor {before} to {after} "
+                 f"(a reassignment of {len(plan)} partitions, for the added brokers)")
+        admin.alter_partition_reassignments(plan)
+        while admin.list_partition_reassignments([OFFSETS_TOPIC]):
+            if time.monotonic() > deadline:
+                raise CliError(f"the reassignment raising {OFFSETS_TOPIC}'s replication factor "
+                               f"is still running after {timeout:.0f} s; follow it with strom "
+                               f"reassign list --bootstrap-server {state.bootstrap}")
+            time.sleep(0.2)
+        progress(f"{OFFSETS_TOPIC} now has replication factor {after}")
+        return len(plan)

@@ -138,6 +138,31 @@ def _leader_first(replicas: Sequence[int], leader: int) -> list[int]:
     return [leader, *(b for b in replicas if b != leader)]
 
 
+#: The group coordinator's internal topic (``strom.groups.offsets.OFFSETS_TOPIC``; the client
+#: layer cannot import the broker's groups package).
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def raise_replication(current: Mapping[PartitionKey, Sequence[int]], brokers: Iterable[int],
+                      replication_factor: int) -> Assignment:
+    """New replica lists for the partitions of ``current`` with fewer than
+    ``replication_factor`` replicas (capped at the brokers given); {} when none has.
+
+    How an internal topic created small (``__consumer_offsets`` at RF 1 on a one-broker cluster)
+    gets its replication raised once brokers are added: a reassignment to larger replica lists
+    (Kafka's way too: ``kafka-reassign-partitions --execute`` with a plan naming more replicas),
+    planned by :func:`plan_reassignment` (current replicas kept up to each broker's even share,
+    new ones on the least-loaded brokers). ``strom dev up`` and the operator run it after a
+    scale-out.
+    """
+    targets = sorted(set(brokers))
+    rf = min(replication_factor, len(targets))
+    low = {k: list(v) for k, v in current.items() if len(v) < rf}
+    if not low:
+        return {}
+    return plan_reassignment(low, targets, replication_factor=rf)
+
+
 def moved_replicas(current: Mapping[PartitionKey, Sequence[int]],
                    proposed: Mapping[PartitionKey, Sequence[int]]) -> int:
     """How many replicas the plan copies to a new broker (the cost of executing it)."""

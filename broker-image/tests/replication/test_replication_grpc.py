@@ -202,6 +202,28 @@ async def test_throttled_reassignment_catch_up_is_slower(tmp_path: Path) -> None
         await cluster.close()
 
 
+async def test_follower_side_throttle_slows_its_catch_up(tmp_path: Path) -> None:
+    """Kafka's follower.replication.throttled.rate: the throttle set on the receiving broker
+    alone (its leader unthrottled) caps what it fetches for its replicas being added."""
+    cluster = Cluster(tmp_path, (0, 1), fetch_max_bytes=8192)
+    try:
+        await _started(cluster, 0, 1)
+        cluster.set_view(_view(0, 0, (0,), (0,), topic="slow"))
+        for i in range(30):
+            await cluster.nodes[0].m.append("slow", 0, _batch(i, 4000), 1, LogConfig(), 1000)
+        leader, follower = cluster.nodes[0], cluster.nodes[1]
+        size = leader.log("slow").size_bytes
+        follower.m.throttle_bytes_per_sec = size // 3   # ~3 s worth, minus the 1 s burst
+        assert leader.m.throttle_bytes_per_sec == -1
+        cluster.set_view(_view(0, 0, (0, 1), (0,), 1, adding=(1,), topic="slow"))
+        slow = await wait_until(
+            lambda: follower.log("slow").log_end_offset == 30, timeout_s=15, what="throttled")
+        assert slow >= 1.5, slow
+        assert all_batches(follower.log("slow")) == all_batches(leader.log("slow"))
+    finally:
+        await cluster.close()
+
+
 async def test_removed_partition_stops_fetching_and_deletes(cluster: Cluster) -> None:
     await _started(cluster, 0, 1)
     cluster.set_view(_view(0, 0, (0, 1), (0, 1)))

@@ -243,7 +243,9 @@ async def alter_partition_reassignments(
     """Start or cancel reassignments (KIP-455); the active controller completes them.
 
     Each target is validated against this broker's image and proposed as one epoch-checked
-    partition change; the throttle is the cluster-wide ``replication.throttled.rate``.
+    partition change; the throttle is ``replication.throttled.rate``, one value every broker
+    applies to itself, as leader and as follower (Kafka's per-broker leader and follower
+    throttled rates set to the same value by ``kafka-reassign-partitions --throttle``).
     """
     response = admin_pb2.AlterPartitionReassignmentsResponse()
     changes: list[tuple[admin_pb2.PartitionResult, ChangePartition]] = []

@@ -62,8 +62,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          help="reassignment JSON from 'strom reassign plan'")
     throttle = execute.add_mutually_exclusive_group()
     throttle.add_argument("--throttle", default=None, metavar="SIZE",
-                          help="cap the copy rate of added replicas per second, e.g. 10MB, "
-                          "512KiB (default: keep the cluster's current throttle)")
+                          help="cap the copy rate of added replicas per broker and second "
+                          "(each broker sends at most SIZE/s as leader and fetches at most "
+                          "SIZE/s as follower, as Kafka's --throttle), e.g. 10MB, 512KiB "
+                          "(default: keep the current throttle)")
     throttle.add_argument("--no-throttle", action="store_true",
                           help="remove the cluster's replication throttle")
     execute.add_argument("--validate-only", action="store_true",

@@ -399,7 +399,8 @@ class AsyncAdmin:
             [r for response in responses for r in response.reassignments])
 
     async def replication_throttle(self) -> int | None:
-        """The cluster-wide reassignment throttle in bytes/s (None when unthrottled)."""
+        """The reassignment throttle in bytes/s every broker applies to itself, as leader and as
+        follower (None when unthrottled)."""
         response = await self._call("ListPartitionReassignments",
                                     admin_pb2.ListPartitionReassignmentsRequest())
         rate = int(response.throttle_bytes_per_sec)

@@ -26,7 +26,12 @@ Where we differ from Kafka, and why:
 - A new leader does not write its epoch into the leader-epoch cache at election (Kafka does);
   divergence checks add the current epoch on the fly (``divergence.with_current_epoch``), which
   gives the same answers without a storage change.
-- The reassignment throttle is applied on the leader only (Kafka throttles both sides).
+- The reassignment throttle is one rate per broker for both sides, as Kafka's
+  ``--throttle`` sets ``leader.replication.throttled.rate`` and
+  ``follower.replication.throttled.rate`` to the same value on every broker: as leader a broker
+  sends at most that many bytes/s to replicas being added, as follower it receives at most that
+  many for its own replicas being added (a partition is left out of fetches while the follower
+  bucket is in debt). Both are token buckets, not Kafka's sampled windows; same average rate.
 - A replica fetch only reads one segment per partition per round (``PartitionLog.read``), so a
   catching-up follower moves one segment at a time at most.
 """
@@ -85,6 +90,7 @@ class ReplicaManager:
         self._acks = AppendWaiters()
         """acks=all produces wait here for high watermark or leadership changes."""
         self._bucket = TokenBucket(-1, time.monotonic())
+        self._follower_bucket = TokenBucket(-1, time.monotonic())
         self._tasks: set[asyncio.Task[None]] = set()
         self._isr_task: asyncio.Task[None] | None = None
         self._started = False
@@ -99,12 +105,15 @@ class ReplicaManager:
 
     @property
     def throttle_bytes_per_sec(self) -> int:
-        """Leader-side limit on bytes sent to reassignment targets (-1 = none)."""
+        """Per-broker limit on reassignment traffic (-1 = none): bytes/s this broker sends, as
+        leader, to replicas being added, and receives, as follower, for its replicas being
+        added."""
         return self._bucket.rate
 
     @throttle_bytes_per_sec.setter
     def throttle_bytes_per_sec(self, value: int) -> None:
         self._bucket.rate = value
+        self._follower_bucket.rate = value
 
     async def start(self) -> None:
         self._started = True
@@ -543,7 +552,7 @@ class ReplicaManager:
         try:
             if code == ErrorCode.NONE:
                 self._apply_fetched(part, answer, records)
-                return 0.0
+                return self._follower_throttle(part, len(records))
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 return self._out_of_range(part, answer)
         except StromError as err:
@@ -556,6 +565,17 @@ class ReplicaManager:
         if error == ErrorCode.FENCED_LEADER_EPOCH:
             return _FOLLOWER_ERROR_DELAY_S  # our view is old: a new one will undelay it
         return backoff_s(2, self.settings)  # the leader may not have applied the view yet
+
+    def _follower_throttle(self, part: Partition, nbytes: int) -> float:
+        """Charge bytes fetched for a replica of ours being added; seconds to leave the
+        partition out of fetches (Kafka's follower.replication.throttled.rate)."""
+        view = part.view
+        if (not nbytes or self._follower_bucket.unlimited or self.broker_id not in view.adding
+                or self.broker_id in view.isr):
+            return 0.0
+        now = time.monotonic()
+        self._follower_bucket.charge(nbytes, now)
+        return self._follower_bucket.wait_s(now)
 
     def _apply_fetched(self, part: Partition, answer: PartitionAnswer, records: memoryview
                        ) -> None:

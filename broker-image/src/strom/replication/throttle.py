@@ -7,8 +7,9 @@ response (the balance may go negative), so one large batch is never split or sta
 holds on average and the next fetches wait until the debt is repaid. A burst of one second's
 worth of tokens is allowed after idling.
 
-Differs from Kafka: Kafka measures a rate over sampled windows and also throttles on the follower
-side; one bucket per leader broker is simpler and gives the same average rate.
+Differs from Kafka: Kafka measures a rate over sampled windows; a bucket per broker and side
+(leader: bytes sent to replicas being added; follower: bytes fetched for its own) is simpler and
+gives the same average rate.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Measures what bounds a single Python producer or consumer: the cost of ``Producer.send()`` (route,
 append to the open batch, lazy future) with the network out of the picture, what the sender does
 per batch after that (close: the codec's CRC; the Produce request bytes), the broker's leader
-append of a 1 MiB batch (into a temp dir), and the cost of turning fetched bytes into
-``Record`` objects (``decode_batches``, as ``Consumer.poll`` does). All per record.
+append of a 1 MiB batch (into a temp dir) and its record validation alone, and the cost of
+turning fetched bytes into ``Record`` objects (``decode_batches``, as ``Consumer.poll`` does;
+the poll path with and without CRC checks). All per record.
 Not a test; run ``uv run python benchmarks/client_micro.py [--records N]``. Prints a table.
 """
 
@@ -22,8 +23,10 @@ from strom.client.fetcher import ConsumerCore, ConsumerSettings
 from strom.client.partitioner import murmur2
 from strom.client.positions import CompletedFetch
 from strom.client.produce_request import encode_produce_request
+from strom.protocol.batch import validate_batches
 from strom.protocol.records import BatchBuilder, Compression, decode_batches
 from strom.protocol.v1 import broker_pb2, common_pb2
+from strom.protocol.validation import RecordPolicy, validate_records
 from strom.storage import LogConfig, PartitionLog
 
 
@@ -149,13 +152,21 @@ def bench_decode(data: bytes) -> tuple[float, int]:
     return time.perf_counter() - start, count
 
 
-def bench_poll_path(data: bytes, n: int) -> float:
+def bench_validate(data: bytes) -> tuple[float, int]:
+    """The leader's record validation alone (Kafka's LogValidator: every record decoded)."""
+    headers = validate_batches(data)
+    start = time.perf_counter()
+    validate_records(data, headers, RecordPolicy(), 1_700_000_000_000)
+    return time.perf_counter() - start, sum(h.records_count for h in headers)
+
+
+def bench_poll_path(data: bytes, n: int, check_crcs: bool = True) -> float:
     """Consumer.take() over a prefetched answer: decode + slicing + position bookkeeping."""
     settings = ConsumerSettings.build("127.0.0.1:1", fetch_max_wait_ms=0, fetch_min_bytes=1,
                                       fetch_max_bytes=1 << 26, max_partition_fetch_bytes=1 << 26,
                                       max_poll_records=100_000, auto_offset_reset="earliest",
                                       request_timeout_ms=1000, retry_backoff_ms=100,
-                                      retry_backoff_max_ms=100)
+                                      retry_backoff_max_ms=100, check_crcs=check_crcs)
     core = ConsumerCore(settings, lambda: None)
     tp = TopicPartition("t", 0)
     core.subs.assign([tp])
@@ -205,8 +216,11 @@ def main() -> None:
         data = _batches(n, value, comp)
         seconds, count = bench_decode(data)
         row(f"decode_batches ({comp.name.lower()})", seconds, count)
+        seconds, count = bench_validate(data)
+        row(f"broker record validation ({comp.name.lower()})", seconds, count)
     data = _batches(n, value, Compression.NONE)
-    row("Consumer poll path (take)", bench_poll_path(data, n))
+    row("Consumer poll path (take), check_crcs", bench_poll_path(data, n))
+    row("Consumer poll path, check_crcs=False", bench_poll_path(data, n, check_crcs=False))
 
     print(f"{'operation':40} {'us/record':>10} {'records/s':>12}")
     for name, us in rows:

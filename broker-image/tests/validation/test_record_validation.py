@@ -39,7 +39,8 @@ def test_good_batches_of_every_codec_pass(compression: Compression) -> None:
 @pytest.mark.parametrize(("name", "code", "fragment"), [
     ("header claims 1 record over 3", ErrorCode.INVALID_RECORD, "does not decode"),
     ("random bytes after a valid header", ErrorCode.INVALID_RECORD, "does not decode"),
-    ("gzip attribute on an uncompressed body", ErrorCode.INVALID_RECORD, "does not decode"),
+    ("gzip attribute on an uncompressed body", ErrorCode.INVALID_RECORD,
+     "does not decompress (gzip)"),
     ("client-set control flag", ErrorCode.INVALID_RECORD, "control"),
     ("transactional flag", ErrorCode.INVALID_TXN_STATE, "transactional"),
     ("trailing bytes after the records", ErrorCode.INVALID_RECORD, "does not decode"),
@@ -95,6 +96,15 @@ def test_offset_deltas_must_run_from_zero_in_order() -> None:
     err = _refused(batch)
     assert err.code is ErrorCode.INVALID_RECORD
     assert "record 1 has offset delta 0, expected 1" in err.message
+
+
+@pytest.mark.parametrize("compression", [c for c in Compression if c])
+def test_decompression_is_bounded(compression: Compression) -> None:
+    bomb = encode_batch([(b"k", bytes(2 << 20))], compression, timestamp_ms=NOW)
+    assert len(bomb) < 200_000  # a small batch of zeros...
+    err = _refused(bomb, RecordPolicy(max_decompressed_bytes=1 << 20))  # ...inflates past 1 MiB
+    assert err.code is ErrorCode.INVALID_RECORD and "1048576 bytes" in err.message
+    assert _validate(bomb) == [NOW]  # within the default bound
 
 
 def test_codec_ids_kafka_does_not_define_are_refused() -> None:

@@ -24,7 +24,9 @@ append is refused whole, changing nothing, unless:
   [now - ``message.timestamp.before.max.ms``, now + ``message.timestamp.after.max.ms``]
   (INVALID_TIMESTAMP, Kafka >= 3.6 / KIP-937);
 - a compacted topic's records all have keys (INVALID_RECORD);
-- the codec id is one Kafka defines (UNSUPPORTED_COMPRESSION_TYPE).
+- the codec id is one Kafka defines (UNSUPPORTED_COMPRESSION_TYPE), and the batch decompresses
+  into at most 64 MiB of records (INVALID_RECORD; not Kafka's: its validator streams, while
+  aiokafka's codec holds a batch whole, and a 1 MiB zstd batch of zeros inflates to ~30 GiB).
 
 The result is each batch's true maximum record timestamp: as Kafka, the leader overwrites a
 ``maxTimestamp`` the producer got wrong (the time index and retention rely on it).
@@ -39,6 +41,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import cramjam
+from aiokafka.codec import snappy_decode
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from strom.protocol.batch import (
@@ -46,12 +50,17 @@ from strom.protocol.batch import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
     NO_TIMESTAMP,
     BatchHeader,
 )
 from strom.protocol.errors import ErrorCode, StromError
 
 MAX_CODEC = 4  # zstd: Kafka's highest compression id
+SNAPPY = 2
+MAX_DECOMPRESSED_BYTES = 64 << 20
+_CRAMJAM = {1: cramjam.gzip, 3: cramjam.lz4, 4: cramjam.zstd}
+_CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _FLAGS = ATTR_CONTROL | ATTR_TRANSACTIONAL | ATTR_TIMESTAMP_TYPE
 
 
@@ -63,6 +72,9 @@ class RecordPolicy:
     compacted: bool = False  # cleanup.policy contains compact: every record needs a key
     timestamp_before_max_ms: int = 2**63 - 1  # message.timestamp.before.max.ms
     timestamp_after_max_ms: int = 3_600_000  # message.timestamp.after.max.ms (Kafka 4 default)
+    #: Not a Kafka config: Kafka streams a compressed batch through its validator, aiokafka's
+    #: codec holds it whole, so the decompressed records of one batch are bounded.
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
 
 
 def validate_records(buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader],
@@ -94,8 +106,12 @@ def _validate_batch(view: memoryview, h: BatchHeader, policy: RecordPolicy, now_
             f"producer batch must hold at least one record with offset deltas 0..n-1")
     _check_producer_fields(h, where)
     base = h.base_offset
+    codec = attributes & ATTR_COMPRESSION_MASK
     try:
-        batch = DefaultRecordBatch(bytes(view[h.position:h.position + h.size]))
+        if codec:
+            batch = DefaultRecordBatch(_decompressed(view, h, codec, policy, where))
+        else:
+            batch = DefaultRecordBatch(bytes(view[h.position:h.position + h.size]))
         # one pass over the compiled codec's records: offsets into a list, timestamps (and keys
         # for a compacted topic) appended on the side (a second pass would decode twice)
         stamps: list[int] = []
@@ -134,6 +150,48 @@ def _validate_batch(view: memoryview, h: BatchHeader, policy: RecordPolicy, now_
     if policy.log_append_time:
         return max(stamps)
     return _check_timestamps(stamps, policy, now_ms, where)
+
+
+def _decompressed(view: memoryview, h: BatchHeader, codec: int, policy: RecordPolicy,
+                  where: str) -> bytes:
+    """The batch as an uncompressed one (header with codec 0 + the decompressed records), never
+    more than ``policy.max_decompressed_bytes`` of records: a small zstd or gzip batch can
+    inflate a thousandfold, and the whole output is held in memory."""
+    payload = view[h.position + HEADER_SIZE:h.position + h.size]
+    cap = policy.max_decompressed_bytes
+    records: bytes
+    if codec == SNAPPY:  # at most ~21x its input by the format (Kafka's xerial framing)
+        records = snappy_decode(payload)
+        if len(records) > cap:
+            raise _too_big(where, cap)
+    else:
+        module = _CRAMJAM[codec]
+        size = min(cap + 1, max(1 << 16, 8 * len(payload)))
+        while True:  # bounded output buffers, doubled while the output does not fit
+            out = bytearray(size)
+            try:
+                written = int(module.decompress_into(bytes(payload), out))
+            except cramjam.DecompressionError as exc:
+                if size > cap:
+                    raise StromError(
+                        ErrorCode.INVALID_RECORD,
+                        f"{where} does not decompress ({_CODEC_NAMES[codec]}) into at most "
+                        f"{cap} bytes: {exc}") from None
+                size = min(cap + 1, size * 2)
+                continue
+            if written > cap:
+                raise _too_big(where, cap)
+            records = bytes(memoryview(out)[:written])
+            break
+    head = bytearray(view[h.position:h.position + HEADER_SIZE])
+    head[22] &= ~ATTR_COMPRESSION_MASK & 0xFF  # the low attributes byte: now uncompressed
+    return bytes(head) + records
+
+
+def _too_big(where: str, cap: int) -> StromError:
+    return StromError(ErrorCode.INVALID_RECORD,
+                      f"{where} decompresses to more than {cap} bytes of records; send smaller "
+                      f"batches (the broker decompresses each batch to validate it)")
 
 
 def _check_flags(h: BatchHeader, where: str) -> None:

@@ -85,9 +85,14 @@ def test_responses_carry_the_size_and_correlation_id() -> None:
     assert decoded == response
 
 
-def test_served_versions_reach_kafka_4s_ranges() -> None:
-    # (key, the lowest max version Kafka 4.0 advertises) for the APIs served so far
-    kafka_4_0 = {0: 12, 1: 17, 2: 9, 3: 12, 10: 6, 18: 4, 22: 5}
-    for key, max_version in kafka_4_0.items():
-        _, high = SUPPORTED[key]
-        assert high >= max_version, key
+def test_served_versions_cover_what_kafka_4_0_advertises() -> None:
+    # key: (min, max) in Apache Kafka 4.0's ApiVersions answer, for every API served here
+    kafka_4_0 = {0: (3, 12), 1: (4, 17), 2: (1, 9), 3: (0, 12), 8: (2, 9), 9: (1, 9),
+                 10: (0, 6), 11: (2, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5),
+                 16: (0, 5), 18: (0, 4), 19: (2, 7), 20: (1, 6), 22: (0, 5), 23: (2, 4),
+                 32: (1, 4), 33: (0, 2), 37: (0, 3), 42: (0, 2), 44: (0, 1), 60: (0, 1),
+                 75: (0, 0)}
+    assert set(SUPPORTED) == set(kafka_4_0)
+    for key, (low, high) in kafka_4_0.items():
+        served_low, served_high = SUPPORTED[key]
+        assert served_low <= low and served_high >= high, key

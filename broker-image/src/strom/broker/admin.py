@@ -49,6 +49,13 @@ SOURCE_STATIC_BROKER = "STATIC_BROKER_CONFIG"
 SOURCE_TOPIC = "DYNAMIC_TOPIC_CONFIG"
 
 
+async def metadata_barrier(core: BrokerCore) -> None:
+    """Every admin answer (on either front) reads after this: the metadata this broker applied
+    includes everything committed before the request, so a topic created or changed through
+    another broker a moment ago is known here (:meth:`ClusterLink.sync`)."""
+    await core.link.sync()
+
+
 def _fill(result: admin_pb2.TopicResult | admin_pb2.TopicDescription
           | admin_pb2.ResourceConfigs | admin_pb2.AlterConfigsResult
           | admin_pb2.PartitionResult | admin_pb2.UnregisterBrokerResponse,

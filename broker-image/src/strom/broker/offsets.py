@@ -83,3 +83,14 @@ def _lookup(plog: PartitionLog, topic: str, partition: int, timestamp: int) -> t
     if by_time is None or by_time[0] >= plog.high_watermark:
         return -1, -1
     return by_time
+
+
+def end_offset_for_epoch(core: BrokerCore, topic: str, partition: int, epoch: int,
+                         current_leader_epoch: int = -1) -> tuple[int, int]:
+    """(epoch, end offset) for a consumer validating its position after a leader change
+    (KIP-320): the largest epoch <= ``epoch`` this leader has and the offset where it ends
+    (the log end offset for the current epoch); (-1, -1) when the leader knows no such epoch.
+    Answered only by the leader; ``current_leader_epoch`` >= 0 is checked as Fetch checks it.
+    """
+    plog, _ = core.replicas.leader_log(topic, partition, current_leader_epoch)
+    return plog.end_offset_for_epoch(epoch)

@@ -114,7 +114,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         """Every admin answer reads after a metadata barrier (:meth:`ClusterLink.sync`): a topic
         created or changed through another broker a moment ago is known here."""
         async def synced(core: BrokerCore, req: Req) -> Resp:
-            await core.link.sync()
+            await admin.metadata_barrier(core)
             return await handler(core, req)
 
         return await call(self.core, api, synced, request, context)

@@ -11,12 +11,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from strom.broker.kafka import (
+    alter_configs,
     api_versions,
+    create_partitions,
+    create_topics,
     delete_groups,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
     describe_groups,
+    describe_topic_partitions,
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -25,6 +33,7 @@ from strom.broker.kafka import (
     metadata,
     offset_commit,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
 )
@@ -62,6 +71,21 @@ APIS: dict[int, Api] = {
         Api(describe_groups.KEY, "DescribeGroups", describe_groups.VERSIONS,
             describe_groups.handle),
         Api(delete_groups.KEY, "DeleteGroups", delete_groups.VERSIONS, delete_groups.handle),
+        Api(create_topics.KEY, "CreateTopics", create_topics.VERSIONS, create_topics.handle),
+        Api(delete_topics.KEY, "DeleteTopics", delete_topics.VERSIONS, delete_topics.handle),
+        Api(create_partitions.KEY, "CreatePartitions", create_partitions.VERSIONS,
+            create_partitions.handle),
+        Api(describe_configs.KEY, "DescribeConfigs", describe_configs.VERSIONS,
+            describe_configs.handle),
+        Api(alter_configs.KEY, "AlterConfigs", alter_configs.VERSIONS, alter_configs.handle),
+        Api(incremental_alter_configs.KEY, "IncrementalAlterConfigs",
+            incremental_alter_configs.VERSIONS, incremental_alter_configs.handle),
+        Api(describe_cluster.KEY, "DescribeCluster", describe_cluster.VERSIONS,
+            describe_cluster.handle),
+        Api(describe_topic_partitions.KEY, "DescribeTopicPartitions",
+            describe_topic_partitions.VERSIONS, describe_topic_partitions.handle),
+        Api(offset_for_leader_epoch.KEY, "OffsetForLeaderEpoch", offset_for_leader_epoch.VERSIONS,
+            offset_for_leader_epoch.handle),
     )
 }
 

@@ -1,0 +1,47 @@
+"""DescribeConfigs (key 32), versions 1-4: topic and broker configs with their sources, through
+the admin handler the gRPC front uses (:func:`strom.broker.admin.describe_configs`).
+
+Supports TOPIC (2) resources (every topic config: DYNAMIC_TOPIC_CONFIG for overrides,
+STATIC_BROKER_CONFIG for broker-level defaults set in the broker's config, DEFAULT_CONFIG
+otherwise) and BROKER (4) resources (every static key, read-only; the name must be this
+broker's id, or empty), ``configuration_keys`` filters, documentation (v3+, when asked).
+
+Not supported: synonyms (always empty), config types (v3+: UNKNOWN), BROKER_LOGGER and other
+resource types (INVALID_REQUEST per resource), sensitive configs (there are none).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker import admin
+from strom.broker.kafka.context import NO_THROTTLE, Context, code
+from strom.protocol.v1 import admin_pb2
+
+KEY = 32
+VERSIONS = (1, 4)
+SOURCES = {admin.SOURCE_TOPIC: 1, admin.SOURCE_STATIC_BROKER: 4, admin.SOURCE_DEFAULT: 5}
+
+
+async def handle(ctx: Context) -> Any:
+    body = ctx.body
+    await admin.metadata_barrier(ctx.core)
+    request = admin_pb2.DescribeConfigsRequest()
+    for r in body.resources:
+        request.resources.add(type=r.resource_type, name=r.resource_name)
+    answer = await admin.describe_configs(ctx.core, request)
+    docs = bool(getattr(body, "include_documentation", False))
+    results = []
+    for r, result in zip(body.resources, answer.results, strict=True):
+        keys = set(r.configuration_keys) if r.configuration_keys else None
+        entries = tuple(
+            ctx.build("DescribeConfigsResourceResult", name=e.name, value=e.value,
+                      read_only=e.read_only, config_source=SOURCES.get(e.source, 0),
+                      is_default=e.is_default, is_sensitive=False, synonyms=(),
+                      config_type=0, documentation=e.documentation if docs else None)
+            for e in result.entries if keys is None or e.name in keys)
+        results.append(ctx.build(
+            "DescribeConfigsResult", error_code=code(result.error_code),
+            error_message=result.error_message or None, resource_type=r.resource_type,
+            resource_name=r.resource_name, configs=entries))
+    return ctx.build("DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))

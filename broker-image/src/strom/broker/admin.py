@@ -238,6 +238,8 @@ async def describe_cluster(core: BrokerCore, request: admin_pb2.DescribeClusterR
     response.brokers.extend(broker_endpoints(core))
     response.fenced_broker_ids.extend(b.broker_id for b in metadata.brokers() if b.fenced)
     response.voters.extend(sorted(core.link.voters))
+    response.offline_log_dirs.extend(f"{d}: {reason}"
+                                     for d, reason in sorted(core.logs.offline_dirs.items()))
     return response
 
 

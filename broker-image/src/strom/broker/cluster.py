@@ -51,6 +51,7 @@ from strom.controller.raftlog import DiskRaftLog
 from strom.controller.transport import GrpcTransport
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
 from strom.shutdown import cancel_and_wait
+from strom.supervision import failed, spawn
 
 log = logging.getLogger("strom.broker.cluster")
 
@@ -102,7 +103,8 @@ class ClusterLink:
             heartbeat_interval_ms=heartbeat_ms,
         )
         self.driver = QuorumDriver(
-            raft_config, DiskRaftLog(raft_dir), GrpcTransport(peers),
+            raft_config, DiskRaftLog(raft_dir),
+            GrpcTransport(peers, cluster_id=lambda: self.driver.image.cluster_id),
             compact_every=int(config.get("metadata.compact.every")),
             on_apply=self._applied_image, manage_observers=True,
         )
@@ -117,7 +119,8 @@ class ClusterLink:
                 unclean_default=bool(unclean),
             ))
         self.client = QuorumClient(self.voters)
-        self.service = QuorumService(self.driver, self.voters, active=self.active)
+        self.service = QuorumService(self.driver, self.voters, active=self.active,
+                                     cluster_id=lambda: self.driver.image.cluster_id)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -140,7 +143,7 @@ class ClusterLink:
         await self._register(timeout_s)
         await self._wait_caught_up(timeout_s)
         self._check_cluster_id()
-        self._tasks.append(asyncio.create_task(self._heartbeats(), name="broker-heartbeats"))
+        self._tasks.append(spawn("broker-heartbeats", self._heartbeats, restartable=True))
 
     async def wait_unfenced(self, timeout_s: float) -> bool:
         try:
@@ -343,8 +346,8 @@ class ClusterLink:
                         self.broker_epoch = await self.propose(self._registration())
                 else:
                     log.debug("heartbeat failed: %s", err)
-            except Exception as exc:  # never let the heartbeat task die
-                log.warning("heartbeat failed: %r", exc)
+            except Exception as exc:  # unexpected: supervised (retried, then fatal)
+                await failed("broker-heartbeats", exc)
             await asyncio.sleep(interval)
 
     async def _controlled_shutdown(self, timeout_s: float) -> None:

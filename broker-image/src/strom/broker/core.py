@@ -10,10 +10,12 @@ cluster (so in-process tests can drive the RPC handlers of a started core direct
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from strom.broker.cluster import ClusterLink
 from strom.broker.config import BrokerConfig
@@ -30,9 +32,11 @@ from strom.controller.metadata import (
     Endpoint,
     MetadataImage,
 )
+from strom.protocol.errors import StromError
 from strom.replication.manager import ReplicaManager
 from strom.replication.settings import ReplicationSettings
 from strom.storage.manager import LogManager
+from strom.supervision import spawn
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +94,54 @@ class BrokerCore:
         core = cls(config, link, metadata, logs, replicas, publisher, topics, producer_ids,
                    metrics, groups)
         holder.append(core)
+        for directory in logs.log_dirs:
+            metrics.log_dir_offline.labels(str(directory)).set(0)
+        logs.on_dir_offline = core._dir_offline
         return core
+
+    # -- log directory failure ----------------------------------------------------------------
+
+    def _dir_offline(self, directory: Path, reason: str) -> None:
+        """A log directory failed I/O (possibly while loading, in a worker thread): count it,
+        and once the broker runs, move away the leadership of its partitions."""
+        self.metrics.log_dir_offline.labels(str(directory)).set(1)
+        self.metrics.offline_log_dirs.set(len(self.logs.offline_dirs))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # loading: start() moves leadership once the broker is in the cluster
+        if self.link.broker_epoch >= 0:
+            spawn(f"log-dir-offline-{directory.name}",
+                  lambda: self.move_leadership_off(directory), restartable=True)
+
+    async def move_leadership_off(self, directory: Path) -> None:
+        """Hand the leadership of every partition in ``directory`` to another in-sync replica,
+        and leave the ISR of the others (Kafka's ReplicaManager.handleLogDirFailure, decided
+        here for this broker's own partitions). A partition with no other in-sync replica
+        keeps this broker as leader: it serves reads and answers writes KAFKA_STORAGE_ERROR."""
+        me = self.config.broker_id
+        live = {b.broker_id for b in self.metadata.live_brokers()}
+        for (topic, partition), plog in self.logs.partitions().items():
+            if plog.directory.parent != directory:
+                continue
+            topic_state = self.link.image.topics.get(topic)
+            state = topic_state.partitions.get(partition) if topic_state else None
+            if state is None or me not in state.isr:
+                continue
+            others = [r for r in state.isr if r != me and r in live]
+            if not others:
+                continue
+            leader = others[0] if state.leader == me else state.leader
+            try:
+                await self.link.propose(ChangePartition(
+                    topic, partition, leader=leader, isr=tuple(r for r in state.isr if r != me),
+                    expected_partition_epoch=state.partition_epoch))
+                log.warning("%s-%d: left the ISR (log directory %s is offline)%s", topic,
+                            partition, directory,
+                            f"; broker {leader} leads now" if state.leader == me else "")
+            except StromError as err:  # changed meanwhile: the next metadata decides
+                log.warning("%s-%d: could not move away from offline %s: %s", topic, partition,
+                            directory, err)
 
     def load(self) -> None:
         """Recover every log on disk (blocking; run it in a worker thread)."""
@@ -106,6 +157,9 @@ class BrokerCore:
         if self.link.fresh and self.link.solo:
             await self._adopt_orphans()
         self.publisher.ready(self.link.image)
+        for directory in list(self.logs.offline_dirs):
+            spawn(f"log-dir-offline-{directory.name}",
+                  lambda d=directory: self.move_leadership_off(d), restartable=True)  # type: ignore[misc]
         await self.groups.start()
         if not await self.link.wait_unfenced(UNFENCE_TIMEOUT_S):
             log.warning("broker %d is still fenced after %.0fs; is the active controller "

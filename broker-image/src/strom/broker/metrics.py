@@ -87,6 +87,11 @@ class BrokerMetrics:
         self.inflight = Gauge("strom_broker_inflight_requests", "Calls being handled now.",
                               registry=r)
         self.up = Gauge("strom_broker_up", "1 while the broker serves requests.", registry=r)
+        self.offline_log_dirs = Gauge("strom_broker_offline_log_dirs", "Log directories that "
+                                      "failed I/O (their partitions take no writes).",
+                                      registry=r)
+        self.log_dir_offline = Gauge("strom_log_dir_offline", "1 for a log directory that "
+                                     "failed I/O, 0 for a healthy one.", ["dir"], registry=r)
         self.info = Info("strom_broker", "Static facts about this broker.", registry=r)
         self.info.info({"broker_id": str(broker_id), "cluster_id": cluster_id,
                         "version": version})

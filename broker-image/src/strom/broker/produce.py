@@ -15,9 +15,12 @@ its header (magic 2, lengths, CRC-32C, ``max.message.bytes``) and every record i
 decompressed (:mod:`strom.protocol.validation`, Kafka's LogValidator: counts, offset deltas,
 lengths, timestamps, control/transactional flags, producer fields). UNKNOWN_TOPIC_OR_PARTITION,
 CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_RECORD, INVALID_TIMESTAMP, INVALID_TXN_STATE leave
-that partition's log unchanged, and other partitions of the same request are unaffected. Unknown
-topics are created only with auto.create.topics.enable. A successful append wakes fetches waiting
-on the partition.
+that partition's log unchanged, and other partitions of the same request are unaffected. Errors
+are per partition: an I/O error answers KAFKA_STORAGE_ERROR for that partition only (its log
+directory goes offline, see :meth:`strom.storage.manager.LogManager.io_error`), with one
+rate-limited log line, and any unexpected exception UNKNOWN_SERVER_ERROR for that partition only.
+Unknown topics are created only with auto.create.topics.enable. A successful append wakes fetches
+waiting on the partition.
 
 Not supported: transactions.
 """
@@ -25,13 +28,18 @@ Not supported: transactions.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from strom.broker.core import BrokerCore
+from strom.broker.metrics import BrokerMetrics
 from strom.broker.requests import require_topic_names
 from strom.broker.topics import INTERNAL_TOPICS
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import PartitionDataLike, ProduceRequestLike
 from strom.protocol.v1 import broker_pb2
+from strom.ratelimit import RateLimitedLog
+
+_log = RateLimitedLog(logging.getLogger(__name__))
 
 VALID_ACKS = (-1, 0, 1)
 PRODUCE_FORBIDDEN = INTERNAL_TOPICS
@@ -61,6 +69,13 @@ async def handle(core: BrokerCore, request: ProduceRequestLike) -> broker_pb2.Pr
     return response
 
 
+def _fail(out: broker_pb2.PartitionProduceResponse, err: StromError,
+          metrics: BrokerMetrics) -> None:
+    out.error_code = int(err.code)
+    out.error_message = err.message
+    metrics.partition_errors.labels("Produce", err.code.name).inc()
+
+
 async def _produce_one(core: BrokerCore, data: PartitionDataLike, acks: int,
                        timeout_ms: int, out: broker_pb2.PartitionProduceResponse) -> None:
     metrics = core.metrics
@@ -85,9 +100,16 @@ async def _produce_one(core: BrokerCore, data: PartitionDataLike, acks: int,
         result = await core.replicas.append(data.topic, data.partition, data.records, acks,
                                             config, timeout_ms)
     except StromError as err:
-        out.error_code = int(err.code)
-        out.error_message = err.message
-        metrics.partition_errors.labels("Produce", err.code.name).inc()
+        _fail(out, err, metrics)
+        if err.code == ErrorCode.KAFKA_STORAGE_ERROR:
+            _log.warning(f"storage {data.topic}", "produce to %s-%d failed: %s", data.topic,
+                         data.partition, err.message)
+        return
+    except Exception as exc:  # one partition's surprise never fails the others
+        _log.error(f"unexpected {type(exc).__name__}", "produce to %s-%d failed unexpectedly",
+                   data.topic, data.partition, exc_info=True)
+        _fail(out, StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                              f"{type(exc).__name__}: {exc}; see the broker log"), metrics)
         return
     out.base_offset = result.base_offset
     out.log_append_time_ms = result.log_append_time_ms

@@ -14,6 +14,11 @@ Two periodic tasks run on the event loop (logs are owned by the loop's thread): 
 cheap pass for time-based segment rolls and ``flush.ms``; every
 ``log.retention.check.interval.ms`` the full maintenance (retention, compaction).
 
+Every long-lived task runs under this server's :class:`~strom.supervision.Supervisor`: a task
+that fails for good (the Raft driver or the metadata publisher at once, a restartable task after
+repeated failures) turns ``/readyz`` to 503 and stops the broker, which exits with status 1 so
+that it is restarted - never a process that looks healthy and is not.
+
 SIGTERM / SIGINT shut down gracefully: ``/readyz`` turns 503, a controlled shutdown asks the
 active controller to move this broker's leaderships to in-sync followers (bounded by half of
 ``shutdown.timeout.ms``), the Kafka listener closes its connections, the gRPC server stops
@@ -52,6 +57,8 @@ from strom.protocol.v1 import (
 )
 from strom.request_guard import RequestGuard
 from strom.shutdown import cancel_and_wait, stop_on_signals
+from strom.storage import fileops
+from strom.supervision import Supervisor
 
 log = logging.getLogger("strom.broker")
 
@@ -86,9 +93,23 @@ class BrokerServer:
         self._grpc: grpc.aio.Server | None = None
         self._health: HealthServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.failure: str | None = None
+        """Why the broker stopped itself (a supervised task failed for good), else None."""
+        self.stop_event: asyncio.Event | None = None
+        self.supervisor = Supervisor(self._fatal)
+
+    def _fatal(self, task: str, exc: BaseException) -> None:
+        """A critical task failed: not ready from now on, and stop (the exit is non-zero)."""
+        self.ready = False
+        self.failure = f"task {task} failed: {type(exc).__name__}: {exc}"
+        if self.core is not None:
+            self.core.metrics.up.set(0)
+        if self.stop_event is not None:
+            self.stop_event.set()
 
     async def start(self) -> None:
         config = self.config
+        self.supervisor.install()
         guard = RequestGuard(self._count_malformed)
         self._grpc = grpc.aio.server(options=grpc_options(config), interceptors=[guard])
         address = f"{config.host}:{config.port}"
@@ -125,6 +146,8 @@ class BrokerServer:
             asyncio.create_task(self._every(config.maintenance_interval_s,
                                             core.logs.run_maintenance)),
         ]
+        if self.failure is not None:
+            raise BrokerFailed(self.failure)
         core.metrics.up.set(1)
         self.ready = True
         metrics = f"metrics :{self.metrics_port}" if self.metrics_port else "metrics off"
@@ -188,6 +211,9 @@ class BrokerServer:
         for plog in self.core.replicas.logs():
             try:
                 plog.maybe_roll(now)
+            except OSError as exc:
+                plog.take_offline(f"{exc}")
+                self.core.logs.io_error(plog, exc)
             except Exception:
                 log.exception("roll/flush check of %s-%d failed", plog.topic, plog.partition)
 
@@ -205,20 +231,49 @@ def _bind_error(address: str, exc: Exception) -> ConfigError:
                        f"the address is in use or not local ({exc})")
 
 
+async def _start_unless_stopped(server: BrokerServer, stop: asyncio.Event) -> None:
+    """``server.start()``, abandoned when ``stop`` is set first (a signal, or a supervised task
+    that failed for good while starting); raises BrokerFailed in the latter case."""
+    starting = asyncio.ensure_future(server.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not starting.done():
+            starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+    if server.failure is not None:
+        raise BrokerFailed(server.failure)
+
+
+class BrokerFailed(Exception):
+    """A supervised task failed for good; the broker stopped itself (exit status 1)."""
+
+
 async def serve(config: BrokerConfig, *, ready: asyncio.Event | None = None,
                 stop: asyncio.Event | None = None) -> None:
-    """Run a broker until SIGTERM/SIGINT (or ``stop`` is set); sets ``ready`` when serving."""
+    """Run a broker until SIGTERM/SIGINT (or ``stop`` is set); sets ``ready`` when serving.
+
+    Raises :class:`BrokerFailed` after stopping when a supervised task failed for good."""
     stop = stop or asyncio.Event()
     with stop_on_signals(stop):
         server = BrokerServer(config)
+        server.stop_event = stop
         try:
-            await server.start()
-            if ready is not None:
+            await _start_unless_stopped(server, stop)
+            if ready is not None and server.ready:
                 ready.set()
             await stop.wait()
-            log.info("shutting down (grace %.1fs)", config.shutdown_timeout_s)
+            if server.failure is None:
+                log.info("shutting down (grace %.1fs)", config.shutdown_timeout_s)
+            else:
+                log.critical("stopping: %s", server.failure)
         finally:
             await server.stop()
+    if server.failure is not None:
+        raise BrokerFailed(server.failure)
 
 
 def configure_logging(level: str) -> None:
@@ -231,6 +286,8 @@ def run(config: BrokerConfig) -> int:
     """Blocking entry point for ``strom broker start`` and ``python -m strom.broker``."""
     configure_logging(config.log_level)
     tune_malloc(os.environ)
+    if fileops.install_from_env() is not None:
+        log.warning("storage fault injection is on (%s)", fileops.ENV)
     try:
         asyncio.run(serve(config))
     except ConfigError as err:
@@ -238,6 +295,9 @@ def run(config: BrokerConfig) -> int:
         return 2
     except StromError as err:
         log.error("cannot start: %s", err)
+        return 1
+    except BrokerFailed as err:
+        log.critical("strom broker %d exits with status 1: %s", config.broker_id, err)
         return 1
     except KeyboardInterrupt:
         return 0

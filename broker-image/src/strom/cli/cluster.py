@@ -69,6 +69,7 @@ def cluster_to_dict(desc: Any, topics: Iterable[Any] = ()) -> dict[str, Any]:
         "voters": voters,
         "metadata_offset": getattr(desc, "metadata_offset", -1),
         "answered_by": getattr(desc, "answered_by", -1),
+        "offline_log_dirs": list(getattr(desc, "offline_log_dirs", ())),
         "brokers": [
             {"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None,
              "state": "fenced" if b.broker_id in fenced else "alive",
@@ -101,6 +102,8 @@ def cluster_table(data: dict[str, Any]) -> str:
     if below:
         shown = ", ".join(below[:10]) + (f" (+{len(below) - 10} more)" if len(below) > 10 else "")
         lines.append(f"Unhealthy: below min.insync.replicas (acks=all writes refused): {shown}")
+    lines += [f"OfflineLogDir (broker {data['answered_by']}): {d}"
+              for d in data.get("offline_log_dirs", ())]
     return "\n".join(lines)
 
 

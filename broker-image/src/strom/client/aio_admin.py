@@ -93,7 +93,8 @@ def cluster_from_response(response: admin_pb2.DescribeClusterResponse) -> Cluste
         fenced_broker_ids=sorted(response.fenced_broker_ids),
         voters=sorted(response.voters),
         metadata_offset=response.metadata_offset,
-        answered_by=response.answered_by)
+        answered_by=response.answered_by,
+        offline_log_dirs=list(response.offline_log_dirs))
 
 
 def merge_reassignments(answers: Iterable[admin_pb2.PartitionReassignment]

@@ -155,6 +155,8 @@ class ClusterDescription:
     voters: list[int] = field(default_factory=list)
     metadata_offset: int = -1
     answered_by: int = -1
+    offline_log_dirs: list[str] = field(default_factory=list)
+    """The answering broker's log directories that failed I/O ("<dir>: <reason>")."""
 
     @property
     def live_brokers(self) -> list[BrokerDescription]:

@@ -59,6 +59,7 @@ from strom.controller.metadata import (
 )
 from strom.protocol.errors import ErrorCode, StromError
 from strom.shutdown import cancel_and_wait
+from strom.supervision import failed, spawn
 
 __all__ = ["UNCLEAN_LEADER_ELECTION", "ActiveController", "ControllerSettings", "HeartbeatResult"]
 
@@ -124,7 +125,7 @@ class ActiveController:
 
     async def start(self) -> None:
         self._stopping = False
-        self._task = asyncio.create_task(self._run(), name="active-controller")
+        self._task = spawn("active-controller", self._run, restartable=False)
 
     async def stop(self) -> None:
         # The flag as well as cancel(): Python 3.11's wait_for can swallow a cancellation that
@@ -215,8 +216,8 @@ class ActiveController:
                 pass  # lost leadership mid-tick; the next tick notices
             except StromError as exc:
                 log.warning("controller tick failed: %s", exc)
-            except Exception:
-                log.exception("controller tick failed")
+            except Exception as exc:
+                await failed("active-controller", exc)
             await asyncio.sleep(self._settings.tick_ms / 1000)
 
     async def run_once(self) -> None:

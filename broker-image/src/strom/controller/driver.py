@@ -19,8 +19,10 @@ How actions are carried out (``_execute``), strictly in the order returned:
 - ``RestoreSnapshot``: the image is replaced; proposals at or below it fail (outcome unknown).
 - ``BecameLeader`` / ``BecameFollower``: logged (one line when this node becomes the leader).
 
-A failure to persist is fatal: the run task ends with the exception and the process must exit
-(continuing could break the promises already made).
+A failure to persist is fatal, and so is a failure of the broker's ``on_apply`` (the metadata
+publisher): the run task ends with the exception and the supervisor (:mod:`strom.supervision`)
+stops the process with a non-zero exit (continuing could break the promises already made, or
+leave a broker whose state no longer follows the log).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from strom.controller.raftlog import RaftLog, persist
 from strom.controller.transport import Transport
 from strom.protocol.errors import ErrorCode, StromError
 from strom.shutdown import cancel_and_wait
+from strom.supervision import spawn
 
 __all__ = ["NotControllerError", "QuorumDriver", "QuorumStatus"]
 
@@ -168,8 +171,8 @@ class QuorumDriver:
             len(state.entries),
             sorted(self.config.voters),
         )
-        self.task = asyncio.create_task(self._run(), name="raft-driver")
-        self._tasks = [self.task, asyncio.create_task(self._ticker(), name="raft-ticker")]
+        self.task = spawn("raft-driver", self._run, restartable=False)
+        self._tasks = [self.task, spawn("raft-ticker", self._ticker, restartable=False)]
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
@@ -210,6 +213,12 @@ class QuorumDriver:
         if self._node is None:
             raise RuntimeError("the driver is not started")
         return self._node
+
+    def refusal(self, message: Message) -> str | None:
+        """Why a peer request must be refused (``RaftNode.refusal``), or None."""
+        if self._node is None:
+            return "the controller is not started"
+        return self._node.refusal(message)
 
     @property
     def leader_id(self) -> int | None:
@@ -356,7 +365,11 @@ class QuorumDriver:
             try:
                 self._on_apply(self.image)
             except Exception:
-                log.exception("applying metadata offset %d in the broker failed", self.image.offset)
+                # The broker's state no longer follows the log: fatal (the run task ends, the
+                # supervisor stops the process; a restart replays the log from disk).
+                log.critical("applying metadata offset %d in the broker failed",
+                             self.image.offset)
+                raise
         if not self._manage_observers:
             return []
         wanted: dict[int, str] = {}

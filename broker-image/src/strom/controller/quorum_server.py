@@ -5,7 +5,10 @@ log, through this service. The handlers are thin: decode, hand the message or pr
 driver (which owns all state), encode what comes back.
 
 - Vote / AppendEntries / InstallSnapshot: the reply the node produced, once it may be sent (after
-  the fsync it depends on); FAILED_PRECONDITION when the node produced none.
+  the fsync it depends on); FAILED_PRECONDITION when the node produced none. Refused before the
+  node sees them (INVALID_ARGUMENT, one rate-limited log line): a request from a node that is not
+  a voter or from this node's own id, or with inconsistent entries (INCONSISTENT_VOTER_SET,
+  ``RaftNode.refusal``), and one carrying another cluster's id (INCONSISTENT_CLUSTER_ID).
 - Propose: the committed index, or an ``ErrorInfo`` (NOT_CONTROLLER with the leader's id and
   address, REQUEST_TIMED_OUT, or the image's error such as TOPIC_ALREADY_EXISTS) in the body.
 - DescribeQuorum / DescribeMetadata: answered locally from this node's view.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,14 +40,17 @@ from strom.controller.raftlog import DiskRaftLog
 from strom.controller.transport import MAX_MESSAGE_BYTES, GrpcTransport
 from strom.controller.voters import parse_voters
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.status import error_info
+from strom.protocol.status import error_info, to_grpc_status
 from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
+from strom.ratelimit import RateLimitedLog
 from strom.request_guard import RequestGuard
 from strom.shutdown import stop_on_signals
+from strom.supervision import Supervisor
 
 __all__ = ["ControllerConfig", "QuorumService", "parse_voters", "serve"]
 
 log = logging.getLogger("strom.controller")
+_refusals = RateLimitedLog(log)
 
 
 class QuorumService(quorum_pb2_grpc.QuorumServicer):
@@ -53,17 +60,35 @@ class QuorumService(quorum_pb2_grpc.QuorumServicer):
         addresses: dict[int, str],
         propose_timeout_s: float = 10.0,
         active: ActiveController | None = None,
+        cluster_id: Callable[[], str] = lambda: "",
     ) -> None:
         self._driver = driver
+        self._cluster_id = cluster_id
         self._addresses = addresses
         self._propose_timeout_s = propose_timeout_s
         self._active = active
 
     async def _peer(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        reply = await self._driver.receive(from_pb(request))
+        message = from_pb(request)
+        ours = self._cluster_id()
+        if request.cluster_id and ours and request.cluster_id != ours:
+            await self._refuse(context, StromError(
+                ErrorCode.INCONSISTENT_CLUSTER_ID,
+                f"node {message.sender} belongs to cluster {request.cluster_id!r}, this node to "
+                f"{ours!r}: check controller.quorum.voters and the data directories"))
+        reason = self._driver.refusal(message)
+        if reason is not None:
+            await self._refuse(context, StromError(ErrorCode.INCONSISTENT_VOTER_SET, reason))
+        reply = await self._driver.receive(message)
         if reply is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no reply")
         return to_pb(reply)
+
+    async def _refuse(self, context: grpc.aio.ServicerContext[Any, Any], err: StromError) -> None:
+        _refusals.warning(f"{err.code.name} {context.peer()}", "refused a Raft request from %s: "
+                          "%s: %s", context.peer(), err.code.name, err.message)
+        status = to_grpc_status(err)
+        await context.abort(status.code, status.details, status.trailing_metadata)
 
     async def Vote(
         self, request: quorum_pb2.VoteRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -227,7 +252,7 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
     driver = QuorumDriver(
         config.raft_config(),
         DiskRaftLog(config.data_dir),
-        GrpcTransport(peers),
+        GrpcTransport(peers, cluster_id=lambda: driver.image.cluster_id),
         compact_every=config.compact_every,
         manage_observers=True,  # brokers (process.roles=broker) follow the log as observers
     )
@@ -247,8 +272,16 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
         log.error("cannot listen on %s: %s", address, exc)
         return 2
     quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]
-        QuorumService(driver, config.voters, active=active), server
+        QuorumService(driver, config.voters, active=active,
+                      cluster_id=lambda: driver.image.cluster_id), server
     )
+    failures: list[str] = []
+
+    def fatal(task: str, exc: BaseException) -> None:
+        failures.append(f"task {task} failed: {exc!r}")
+        stop.set()
+
+    Supervisor(fatal).install()
     with stop_on_signals(stop):
         status = 0
         try:
@@ -263,6 +296,9 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
             )
             if driver.task in done:
                 log.error("the Raft driver failed: %r", driver.task.exception())
+                status = 1
+            if failures:
+                log.error("stopping: %s", failures[0])
                 status = 1
             stopping.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -327,9 +327,38 @@ class RaftNode:
             self._campaign()
         return self.take_actions()
 
+    def refusal(self, m: Message) -> str | None:
+        """Why a peer request must not reach this node, or None when it may.
+
+        Only a voter can campaign or lead, so Vote, AppendEntries and InstallSnapshot from any
+        other node id (or from this node's own id) are refused, as are AppendEntries whose
+        entries are not a run of consecutive indexes after ``prev_log_index`` with terms that
+        never decrease nor pass the request's term. Node ids are not authenticated: this keeps a
+        stray or hostile request from moving the state machine, not a forged voter id.
+        """
+        if not isinstance(m, VoteRequest | AppendEntries | InstallSnapshot):
+            return None
+        if m.sender == self._id:
+            return f"the request claims to come from node {m.sender}, which is this node"
+        if m.sender not in self._voters:
+            return (f"node {m.sender} is not a voter (voters: "
+                    f"{', '.join(str(v) for v in sorted(self._voters))})")
+        if isinstance(m, AppendEntries):
+            if m.prev_log_term > m.term:
+                return f"prev_log_term {m.prev_log_term} is past the request's term {m.term}"
+            expected, last_term = m.prev_log_index + 1, m.prev_log_term
+            for e in m.entries:
+                if e.index != expected or e.term < last_term or e.term > m.term:
+                    return (f"entry at index {e.index} (term {e.term}) does not follow index "
+                            f"{expected - 1} (term {last_term}) in term {m.term}")
+                expected, last_term = expected + 1, e.term
+        return None
+
     def receive(self, message: Message, now_ms: int | None = None) -> list[Action]:
         if now_ms is not None:
             self._advance(now_ms)
+        if self.refusal(message) is not None:
+            return self.take_actions()
         if self._check_term(message):
             if isinstance(message, VoteRequest):
                 self._on_vote_request(message)
@@ -593,7 +622,10 @@ class RaftNode:
 
     def _on_append(self, m: AppendEntries) -> None:
         if self._role is Role.LEADER:
-            raise AssertionError(f"two leaders in term {self._term}: {self._id} and {m.sender}")
+            # Two leaders in one term cannot happen among honest voters: refuse, never crash.
+            self._send(m.sender, AppendEntriesResponse(
+                self._id, self._term, False, 0, m.prev_log_index, self.last_index + 1, 0))
+            return
         self._follow(m.sender)
         prev, prev_term, entries = m.prev_log_index, m.prev_log_term, m.entries
         if prev < self._snap.index:
@@ -629,7 +661,10 @@ class RaftNode:
                 break
             if t != e.term:
                 if e.index <= self._commit:
-                    raise AssertionError(f"leader {m.sender} conflicts with committed {e.index}")
+                    # A committed entry never changes: a request that says otherwise is refused.
+                    self._send(m.sender, AppendEntriesResponse(
+                        self._id, self._term, False, 0, m.prev_log_index, self._commit + 1, 0))
+                    return
                 truncate_from = e.index
                 new = entries[k:]
                 break
@@ -693,8 +728,9 @@ class RaftNode:
             pr.next_index = entries[-1].index + 1
 
     def _on_install_snapshot(self, m: InstallSnapshot) -> None:
-        if self._role is Role.LEADER:
-            raise AssertionError(f"two leaders in term {self._term}: {self._id} and {m.sender}")
+        if self._role is Role.LEADER:  # as in _on_append: refuse, never crash
+            self._send(m.sender, InstallSnapshotResponse(self._id, self._term, 0))
+            return
         self._follow(m.sender)
         if m.last_included_index > self._commit:
             snap = Snapshot(m.last_included_index, m.last_included_term, m.data)

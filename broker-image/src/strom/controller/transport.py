@@ -29,7 +29,7 @@ from strom.controller.messages import (
     Message,
     VoteRequest,
 )
-from strom.protocol.v1 import quorum_pb2_grpc
+from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
 
 __all__ = ["CHANNEL_OPTIONS", "GrpcTransport", "Transport"]
 
@@ -71,8 +71,10 @@ class GrpcTransport:
         timeout_s: float = 1.0,
         snapshot_timeout_s: float = 10.0,
         max_in_flight: int = 32,
+        cluster_id: Callable[[], str] = lambda: "",
     ) -> None:
         self._addresses = dict(addresses)
+        self._cluster_id = cluster_id
         self._timeout_s = timeout_s
         self._snapshot_timeout_s = snapshot_timeout_s
         self._max_in_flight = max_in_flight
@@ -121,6 +123,9 @@ class GrpcTransport:
         try:
             stub = self._stub(to)
             request = to_pb(message)
+            if isinstance(request, quorum_pb2.VoteRequest | quorum_pb2.AppendEntriesRequest
+                          | quorum_pb2.InstallSnapshotRequest):
+                request.cluster_id = self._cluster_id()
             if isinstance(message, VoteRequest):
                 reply = await stub.Vote(request, timeout=self._timeout_s)
             elif isinstance(message, AppendEntries):

@@ -28,11 +28,13 @@ from typing import Protocol
 import grpc
 
 from strom.protocol import replica_fetch
+from strom.protocol.errors import StromError
 from strom.protocol.replica_fetch import PartitionAnswer
 from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import replica_pb2
 from strom.replication.settings import ReplicationSettings
 from strom.replication.state import BrokerAddress
+from strom.supervision import failed, spawn
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +128,7 @@ class ReplicaFetcher:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
+            self._task = spawn(f"replica-fetcher-{self.leader}", self._run, restartable=True)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -151,10 +153,13 @@ class ReplicaFetcher:
                 await self._fetch_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("replica fetcher for leader %d failed; retrying", self.leader)
+            except StromError as err:  # e.g. a storage error here: retried with backoff
+                self._warn(f"fetching from leader {self.leader} failed: {err}")
                 self.failures += 1
                 await self._sleep(backoff_s(self.failures, self._settings))
+            except Exception as exc:  # unexpected: supervised (retried, then fatal)
+                self.failures += 1
+                await failed(f"replica-fetcher-{self.leader}", exc)
 
     async def _sleep(self, seconds: float) -> None:
         self._wakeup.clear()

@@ -60,6 +60,7 @@ from strom.shutdown import cancel_and_wait
 from strom.storage.config import LogConfig
 from strom.storage.log import AppendResult, PartitionLog, ReadResult
 from strom.storage.manager import LogManager
+from strom.supervision import failed, spawn
 
 __all__ = ["AppendWaiters", "ReplicaManager"]
 
@@ -117,7 +118,7 @@ class ReplicaManager:
 
     async def start(self) -> None:
         self._started = True
-        self._isr_task = asyncio.create_task(self._check_isr_forever(), name="isr-checker")
+        self._isr_task = spawn("isr-checker", self._check_isr_forever, restartable=True)
         for fetcher in self._fetchers.values():
             fetcher.start()
 
@@ -525,8 +526,8 @@ class ReplicaManager:
             await asyncio.sleep(interval)
             try:
                 self.check_isr()
-            except Exception:
-                log.exception("ISR check failed")
+            except Exception as exc:
+                await failed("isr-checker", exc)
 
     # -- follower side (called by the fetchers) ---------------------------------------------------
 

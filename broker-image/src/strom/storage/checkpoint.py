@@ -13,6 +13,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from strom.storage import fileops
+
 log = logging.getLogger(__name__)
 
 VERSION = "0"
@@ -25,17 +27,17 @@ def fsync_dir(directory: Path) -> None:
     """Make renames and unlinks inside ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fileops.fsync(fd)
     finally:
         os.close(fd)
 
 
 def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = fileops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
+        fileops.write(fd, text.encode())
+        fileops.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

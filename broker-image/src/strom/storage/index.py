@@ -20,6 +20,8 @@ import struct
 from array import array
 from pathlib import Path
 
+from strom.storage import fileops
+
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
@@ -36,23 +38,23 @@ class _IndexFile:
 
     def _file(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = fileops.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         return self._fd
 
     def _write(self, data: bytes) -> None:
-        os.write(self._file(), data)
+        fileops.write(self._file(), data)
 
     def _truncate_file(self, entries: int) -> None:
-        os.ftruncate(self._file(), entries * self.entry_size)
+        fileops.ftruncate(self._file(), entries * self.entry_size)
 
     def _rewrite(self, data: bytes) -> None:
         fd = self._file()
-        os.ftruncate(fd, 0)
-        os.write(fd, data)
+        fileops.ftruncate(fd, 0)
+        fileops.write(fd, data)
 
     def flush(self) -> None:
         if self._fd is not None:
-            os.fsync(self._fd)
+            fileops.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -16,6 +16,8 @@ Not thread-safe by design: each log is owned by one task (the partition's owner 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import errno
 import itertools
 import logging
 import os
@@ -106,6 +108,10 @@ class PartitionLog:
         self._producers = ProducerStateManager(end_offset=log_start_offset)
         self._last_producer_expiry = clock()
         self._closed = False
+        self.offline: str | None = None
+        """Why the log takes no more writes (its log directory failed I/O), else None."""
+        self.on_io_error: Callable[[PartitionLog, OSError], None] | None = None
+        """Told when a write of this log failed (the log manager takes the directory offline)."""
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -147,8 +153,13 @@ class PartitionLog:
             epochs.save()
         self._producers.expiration_ms = producer_id_expiration_ms
         self._rebuild_producer_state()
-        self.flush()
-        marker.unlink(missing_ok=True)
+        try:
+            self.flush()
+            marker.unlink(missing_ok=True)
+        except OSError as exc:  # e.g. a full disk: serve reads, take no writes (the manager
+            self.offline = _io_reason(exc)  # takes the whole directory offline)
+            log.error("%s-%d opened read-only: its directory fails writes (%s)", topic,
+                      partition, self.offline)
         elapsed = time.monotonic() - started
         if not clean or elapsed > 1.0:
             log.info("opened %s-%d: offsets %d..%d in %d segments (%s shutdown, %.2fs)", topic,
@@ -199,8 +210,12 @@ class PartitionLog:
     # ---- appending -------------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes | memoryview, leader_epoch: int) -> AppendResult:
-        """Validate, assign offsets to and append the producer's batches; all or nothing."""
-        self._check_open()
+        """Validate, assign offsets to and append the producer's batches; all or nothing.
+
+        An I/O error (disk full, no file handle, EIO) cuts whatever part of the batches reached
+        the file, takes the log offline and raises KAFKA_STORAGE_ERROR: a record is in the log
+        if and only if its append returned."""
+        self._check_writable()
         latest = self._epochs.latest_epoch
         if latest is not None and leader_epoch < latest:
             raise StromError(ErrorCode.FENCED_LEADER_EPOCH,
@@ -240,9 +255,13 @@ class PartitionLog:
             for h in headers:
                 patched.append(h.with_offsets(offset, leader_epoch))
                 offset += h.last_offset_delta + 1
-        if self._epochs.assign(leader_epoch, patched[0].base_offset):
-            self._epochs.save()
-        self._write(buf, patched, now, offsets_from_headers=buf is records)
+        start = self.log_end_offset
+        try:
+            if self._epochs.assign(leader_epoch, patched[0].base_offset):
+                self._epochs.save()
+            self._write(buf, patched, now, offsets_from_headers=buf is records)
+        except OSError as exc:
+            raise self._io_failed(exc, start) from None
         return AppendResult(
             base_offset=patched[0].base_offset, last_offset=patched[-1].last_offset,
             record_count=sum(h.records_count for h in patched), size_bytes=len(buf),
@@ -250,8 +269,9 @@ class PartitionLog:
             max_timestamp=max(h.max_timestamp for h in patched))
 
     def append_as_follower(self, records: bytes | memoryview) -> AppendResult:
-        """Append batches whose offsets and epochs a leader assigned; all or nothing."""
-        self._check_open()
+        """Append batches whose offsets and epochs a leader assigned; all or nothing (an I/O
+        error is handled as in :meth:`append_as_leader`)."""
+        self._check_writable()
         headers = validate_batches(records)
         end = self.log_end_offset
         if headers[0].base_offset < end:
@@ -264,13 +284,16 @@ class PartitionLog:
                                  f"record batch at byte {h.position} has base offset "
                                  f"{h.base_offset} before the previous batch's end "
                                  f"{prev.next_offset}")
-        changed = False
-        for h in headers:
-            changed = self._epochs.assign(h.leader_epoch, h.base_offset) or changed
-        if changed:
-            self._epochs.save()
         now = self._clock()
-        self._write(records, headers, now)
+        try:
+            changed = False
+            for h in headers:
+                changed = self._epochs.assign(h.leader_epoch, h.base_offset) or changed
+            if changed:
+                self._epochs.save()
+            self._write(records, headers, now)
+        except OSError as exc:
+            raise self._io_failed(exc, end) from None
         return AppendResult(
             base_offset=headers[0].base_offset, last_offset=headers[-1].last_offset,
             record_count=sum(h.records_count for h in headers), size_bytes=len(records),
@@ -344,6 +367,8 @@ class PartitionLog:
 
     def maybe_roll(self, now_ms: int | None = None) -> None:
         """Roll the active segment if segment.ms has passed; also applies flush.ms."""
+        if self.offline is not None:
+            return
         now = self._clock() if now_ms is None else now_ms
         active = self._segments[-1]
         if not active.empty and now - active.created_ms > self.config.segment_ms:
@@ -432,7 +457,7 @@ class PartitionLog:
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset``; cuts at the batch containing it."""
-        self._check_open()
+        self._check_writable()
         if offset < 0:
             raise self._out_of_range(offset)
         if offset >= self.log_end_offset:
@@ -460,7 +485,7 @@ class PartitionLog:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts, empty, at ``offset``."""
-        self._check_open()
+        self._check_writable()
         for seg in self._segments:
             seg.delete()
         seg = self._new_segment(offset, self._clock())
@@ -478,7 +503,7 @@ class PartitionLog:
 
     def advance_log_start_offset(self, offset: int) -> None:
         """DeleteRecords: hide records below ``offset``; whole segments go at next retention."""
-        self._check_open()
+        self._check_writable()
         if offset > self.high_watermark or offset < 0:
             raise self._out_of_range(offset)
         if offset > self._log_start_offset:
@@ -495,6 +520,8 @@ class PartitionLog:
         See ``strom.storage.retention``: an expired non-empty active segment is rolled first.
         """
         self._check_open()
+        if self.offline is not None:
+            return 0
         now = self._clock() if now_ms is None else now_ms
         infos = [retention.SegmentInfo(s.base_offset, s.next_offset, s.size,
                                        s.max_timestamp if s.max_timestamp >= 0 else s.created_ms)
@@ -538,6 +565,8 @@ class PartitionLog:
         or the new segment, never a mix.
         """
         self._check_open()
+        if self.offline is not None:
+            return 0
         now = self._clock() if now_ms is None else now_ms
         if not self.config.compact or len(self._segments) < 2:
             return 0
@@ -648,6 +677,8 @@ class PartitionLog:
     def flush(self) -> None:
         """fsync data and indexes, then move the recovery point to the log end offset."""
         self._check_open()
+        if self.offline is not None:
+            return  # nothing more is written to a failed directory
         for seg in self._segments:
             seg.flush()
         self._recovery_point = self.log_end_offset
@@ -663,6 +694,15 @@ class PartitionLog:
     def close(self) -> None:
         """Flush, write checkpoints and the clean-shutdown marker, close the files."""
         if self._closed:
+            return
+        if self.offline is not None:  # no checkpoint, no marker: the next start recovers
+            for seg in self._segments:
+                try:
+                    seg.close()
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.close(seg.fd)
+            self._closed = True
             return
         self.flush()
         self._epochs.save()
@@ -686,6 +726,60 @@ class PartitionLog:
         if self._closed:
             raise StromError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"log {self.topic}-{self.partition} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.offline is not None:
+            raise StromError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"log {self.topic}-{self.partition} is offline: its directory "
+                             f"{self.directory.parent} failed I/O ({self.offline}); fix the "
+                             f"disk and restart the broker")
+
+    def take_offline(self, reason: str) -> None:
+        """No more writes (reads go on); the next start recovers the tail (no clean marker)."""
+        if self.offline is None:
+            self.offline = reason
+
+    def _io_failed(self, exc: OSError, start: int) -> StromError:
+        """A write failed: cut back to ``start`` what reached the files, go offline, tell the
+        manager; the error to raise."""
+        self.take_offline(_io_reason(exc))
+        self._rollback(start)
+        if self.on_io_error is not None:
+            self.on_io_error(self, exc)
+        return StromError(ErrorCode.KAFKA_STORAGE_ERROR,
+                          f"writing {self.topic}-{self.partition} failed ({self.offline}); "
+                          f"nothing of this request was kept, and the log is offline")
+
+    def _rollback(self, offset: int) -> None:
+        """Best effort, in memory first: segments past ``offset`` dropped, the last one cut.
+        Whatever cannot be cut now (the file system refuses even that) is cut by recovery at
+        the next start, which trusts nothing past the recovery point."""
+        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        for seg in self._segments[i + 1:]:
+            with contextlib.suppress(OSError):
+                seg.delete()
+        del self._segments[i + 1:]
+        del self._bases[i + 1:]
+        seg = self._segments[i]
+        if seg.next_offset > offset:
+            h = seg.find(offset)
+            position = h.position if h is not None else seg.size
+            try:
+                seg.truncate_to_position(position)
+            except OSError:
+                seg.size = position
+                seg.next_offset = offset
+        self._hw = min(self._hw, offset)
+        self._recovery_point = min(self._recovery_point, offset)
+        self._epochs.truncate_from_end(offset)
+        with contextlib.suppress(OSError):
+            self._rebuild_producer_state()
+
+
+def _io_reason(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno or 0, "EIO")
+    return f"{name}: {exc.strerror or exc}"
 
 
 def _assign_epoch(epochs: LeaderEpochCache, h: BatchHeader) -> None:

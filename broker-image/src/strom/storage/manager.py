@@ -56,6 +56,42 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms  # producer.id.expiration.ms
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._deleted = 0
+        self.offline_dirs: dict[Path, str] = {}
+        """Log directories that failed I/O, with the reason; their logs take no writes."""
+        self.on_dir_offline: Callable[[Path, str], None] | None = None
+        """Told once per directory that goes offline (the broker moves leadership away)."""
+
+    # ---- log directory failure (Kafka's LogDirFailureChannel) ----------------------------
+
+    def io_error(self, plog: PartitionLog, exc: OSError) -> None:
+        """A write in ``plog``'s directory failed: take the whole directory offline.
+
+        Like Kafka, any I/O error (disk full, no file handle, EIO) fails the directory, not
+        just the partition: the next write there would likely fail too, and a half-working
+        disk is worse than an offline one. Its logs keep serving reads of what they hold."""
+        directory = plog.directory.parent
+        if directory in self.offline_dirs:
+            return
+        reason = plog.offline or f"{exc}"
+        self.offline_dirs[directory] = reason
+        hit = [p for p in self._logs.values() if p.directory.parent == directory]
+        for other in hit:
+            other.take_offline(reason)
+        log.error("log directory %s is offline (%s, writing %s-%d): its %d partitions take no "
+                  "more writes; fix the disk and restart the broker", directory, reason,
+                  plog.topic, plog.partition, len(hit))
+        if self.on_dir_offline is not None:
+            self.on_dir_offline(directory, reason)
+
+    def _adopt(self, plog: PartitionLog) -> PartitionLog:
+        plog.on_io_error = self.io_error
+        directory = plog.directory.parent
+        if directory in self.offline_dirs:
+            plog.take_offline(self.offline_dirs[directory])
+        elif plog.offline is not None:  # it could not even be opened for writing
+            self._logs[(plog.topic, plog.partition)] = plog
+            self.io_error(plog, OSError(plog.offline))
+        return plog
 
     def load_all(self, topic_configs: Mapping[str, LogConfig] | None = None
                  ) -> dict[tuple[str, int], PartitionLog]:
@@ -80,9 +116,9 @@ class LogManager:
         started = last_report = time.monotonic()
         for done, (path, topic, partition) in enumerate(found, start=1):
             config = (topic_configs or {}).get(topic, self.default_config)
-            self._logs[(topic, partition)] = PartitionLog.open(
+            self._logs[(topic, partition)] = self._adopt(PartitionLog.open(
                 path, config, topic=topic, partition=partition, clock=self._clock,
-                producer_id_expiration_ms=self.producer_id_expiration_ms)
+                producer_id_expiration_ms=self.producer_id_expiration_ms))
             now = time.monotonic()
             if now - last_report > _PROGRESS_SECONDS or done == len(found):
                 last_report = now
@@ -100,12 +136,22 @@ class LogManager:
             parent = plog.directory.parent
             if parent in counts:
                 counts[parent] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
-        plog = PartitionLog.open(log_dir / partition_dir_name(topic, partition), config,
-                                 topic=topic, partition=partition, clock=self._clock,
-                                 producer_id_expiration_ms=self.producer_id_expiration_ms)
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            failed = "; ".join(f"{d}: {r}" for d, r in self.offline_dirs.items())
+            raise StromError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"cannot create {topic}-{partition}: every log directory is "
+                             f"offline ({failed})")
+        log_dir = min(online, key=lambda d: counts[d])
+        try:
+            plog = PartitionLog.open(log_dir / partition_dir_name(topic, partition), config,
+                                     topic=topic, partition=partition, clock=self._clock,
+                                     producer_id_expiration_ms=self.producer_id_expiration_ms)
+        except OSError as exc:
+            raise StromError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"cannot create {topic}-{partition} in {log_dir}: {exc}") from None
         self._logs[(topic, partition)] = plog
-        return plog
+        return self._adopt(plog)
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
@@ -140,6 +186,9 @@ class LogManager:
                 plog.apply_retention(now)
                 if plog.needs_compaction(now):
                     plog.compact(now)
+            except OSError as exc:
+                plog.take_offline(f"{exc}")
+                self.io_error(plog, exc)
             except Exception:
                 log.exception("maintenance of %s-%d failed", *key)
 

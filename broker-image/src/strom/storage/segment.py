@@ -27,6 +27,7 @@ from strom.protocol.batch import (
     offsets_prefix,
     parse_header,
 )
+from strom.storage import fileops
 from strom.storage.config import INT32_MAX
 from strom.storage.index import OffsetIndex, TimeIndex
 
@@ -43,11 +44,11 @@ def _pwritev_all(fd: int, iov: Sequence[bytes | memoryview], position: int) -> N
     for i in range(0, len(iov), _IOV_MAX):
         group = iov[i:i + _IOV_MAX]
         total = sum(len(b) for b in group)
-        written = os.pwritev(fd, group, position)
+        written = fileops.pwritev(fd, group, position)
         if written < total:  # pragma: no cover - short writes are rare on files
             rest = memoryview(b"".join(group))[written:]
             while len(rest):
-                n = os.pwrite(fd, rest, position + written)
+                n = fileops.pwrite(fd, rest, position + written)
                 written += n
                 rest = rest[n:]
         position += total
@@ -107,7 +108,7 @@ class LogSegment:
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
                max_index_bytes: int, now_ms: int) -> LogSegment:
         log_path, index_path, time_path = segment_paths(directory, base_offset)
-        fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = fileops.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         index_path.unlink(missing_ok=True)
         time_path.unlink(missing_ok=True)
         entries = max_index_bytes
@@ -121,7 +122,7 @@ class LogSegment:
              max_index_bytes: int, now_ms: int) -> LogSegment:
         """Open an existing segment; its end and indexes are settled by ``load_tail``/``scan``."""
         log_path, index_path, time_path = segment_paths(directory, base_offset)
-        fd = os.open(log_path, os.O_RDWR)
+        fd = fileops.open(log_path, os.O_RDWR)
         size = os.fstat(fd).st_size
         index = OffsetIndex.load(index_path, max_index_bytes // OffsetIndex.entry_size, size)
         time_index = TimeIndex.load(time_path, max_index_bytes // TimeIndex.entry_size,
@@ -132,7 +133,7 @@ class LogSegment:
 
     def flush(self) -> None:
         if self.dirty:
-            os.fsync(self.fd)
+            fileops.fsync(self.fd)
             self.index.flush()
             self.time_index.flush()
             self.dirty = False
@@ -196,9 +197,9 @@ class LogSegment:
             _pwritev_all(self.fd, iov, self.size)
         else:
             data = memoryview(buf)[start:end]
-            written = os.pwrite(self.fd, data, self.size)
+            written = fileops.pwrite(self.fd, data, self.size)
             while written < len(data):  # pragma: no cover - short writes are rare on files
-                written += os.pwrite(self.fd, data[written:], self.size + written)
+                written += fileops.pwrite(self.fd, data[written:], self.size + written)
         for h in headers:
             self._index_batch(h, self.size + h.position - start)
         self.size += end - start
@@ -206,7 +207,7 @@ class LogSegment:
 
     def truncate_to_position(self, position: int) -> None:
         """Cut the file at ``position`` (a batch boundary) and re-derive the summary fields."""
-        os.ftruncate(self.fd, position)
+        fileops.ftruncate(self.fd, position)
         self.size = position
         self.index.truncate_to_position(position)
         last = self.index.last()

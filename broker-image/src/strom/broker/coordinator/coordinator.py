@@ -37,6 +37,7 @@ from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import encode_batch
 from strom.replication.manager import ReplicaManager
 from strom.shutdown import cancel_and_wait
+from strom.supervision import failed, spawn
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class GroupCoordinator:
         self._reconcile_all()
         if self._metrics is not None:
             self._metrics.watch_groups(self)
-        self._loop_task = asyncio.create_task(self._housekeeping(), name="group-coordinator")
+        self._loop_task = spawn("group-coordinator", self._housekeeping, restartable=True)
 
     async def stop(self) -> None:
         self._started = False
@@ -148,12 +149,18 @@ class GroupCoordinator:
                 return
             part.finish_load()
             self._forget_deleted_topics(part)
-        except Exception:
-            log.exception("%s-%d: loading groups failed; the partition is not served here",
-                          OFFSETS_TOPIC, part.partition)
+        except Exception as exc:
+            # Dropped here; housekeeping loads it again (after the supervisor's backoff), and
+            # a partition that keeps failing to load stops the broker rather than leaving its
+            # groups without a coordinator.
             part.unload()
             if self.partitions.get(part.partition) is part:
                 del self.partitions[part.partition]
+            if isinstance(exc, StromError):
+                log.warning("%s-%d: loading groups failed: %s", OFFSETS_TOPIC, part.partition,
+                            exc)
+                return
+            await failed(f"group-loader-{part.partition}", exc)
             return
         log.info("%s-%d: coordinator loaded %d records, %d groups in %.2fs (leader epoch %d)",
                  OFFSETS_TOPIC, part.partition, part.loaded_records, len(part.groups),
@@ -188,8 +195,8 @@ class GroupCoordinator:
                     self._next_expiry_ms = now + self.settings.retention_check_interval_ms
                     for part in list(self.partitions.values()):
                         self._spawn(part.expire(now))
-            except Exception:
-                log.exception("group coordinator housekeeping failed")
+            except Exception as exc:
+                await failed("group-coordinator", exc)
 
     def _forget_deleted_topics(self, part: CoordinatorPartition) -> None:
         existing = self._metadata.image.topics

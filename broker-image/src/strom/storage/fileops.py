@@ -1,0 +1,122 @@
+"""The storage layer's file-system calls, behind one seam that tests can fault.
+
+Why it exists: what a log does when the disk fails (ENOSPC, EMFILE, EIO) must be tested, and
+real failures of every kind cannot be produced on demand. Segments, indexes and checkpoints call
+these functions instead of ``os`` directly; they are ``os``'s own unless a :class:`Faults` plan
+is installed, which makes the chosen calls on the chosen files fail with the chosen errno -
+from the n-th call on, once or always.
+
+A broker process installs a plan from ``STROM_FAULT_FS`` at start (a test hook, like
+``STROM_FAULT_TASK``): ``ERRNO:OPS[:PATH_PART[:AFTER[:COUNT]]]``, e.g.
+``ENOSPC:pwrite,pwritev:/t-0/:3`` fails every data write of partition ``t-0`` after the first 3
+(``COUNT`` 0 = always). Only ``open`` sees paths; writes on a descriptor match the path it was
+opened with.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["ENV", "Faults", "fsync", "ftruncate", "install", "install_from_env", "open",
+           "pwrite", "pwritev", "write"]
+
+ENV = "STROM_FAULT_FS"
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass
+class Faults:
+    """Fail ``ops`` on files whose path contains ``path_part`` with ``errno``."""
+
+    errno: int
+    ops: frozenset[str]
+    path_part: str = ""
+    after: int = 0
+    """Calls that succeed before the first failure."""
+    count: int = 0
+    """Failures before the fault clears (0: never clears)."""
+    calls: int = 0
+    failed: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> Faults:
+        parts = text.split(":")
+        if len(parts) < 2:
+            raise ValueError(f"{ENV}={text!r}: expected ERRNO:OPS[:PATH_PART[:AFTER[:COUNT]]]")
+        code = getattr(errno_mod, parts[0], None)
+        if not isinstance(code, int):
+            raise ValueError(f"{ENV}={text!r}: {parts[0]!r} is not an errno name such as ENOSPC")
+        return cls(code, frozenset(parts[1].split(",")), parts[2] if len(parts) > 2 else "",
+                   int(parts[3]) if len(parts) > 3 and parts[3] else 0,
+                   int(parts[4]) if len(parts) > 4 and parts[4] else 0)
+
+    def check(self, op: str, path: str) -> None:
+        if op not in self.ops or self.path_part not in path:
+            return
+        if self.count and self.failed >= self.count:
+            return
+        self.calls += 1
+        if self.calls <= self.after:
+            return
+        self.failed += 1
+        raise OSError(self.errno, f"{os.strerror(self.errno)} (injected by {ENV})", path)
+
+
+
+_faults: Faults | None = None
+_paths: dict[int, str] = {}
+"""The path each descriptor was opened with (a reused number is overwritten at its open)."""
+
+
+def install(faults: Faults | None) -> None:
+    """Make every later call go through ``faults`` (None: plain ``os`` again)."""
+    global _faults
+    _faults = faults
+
+
+def install_from_env() -> Faults | None:
+    text = os.environ.get(ENV, "")
+    install(Faults.parse(text) if text else None)
+    return _faults
+
+
+def open(path: str | os.PathLike[str], flags: int, mode: int = 0o777) -> int:
+    if _faults is not None:
+        _faults.check("open", os.fspath(path))
+    fd = os.open(path, flags, mode)
+    _paths[fd] = os.fspath(path)
+    return fd
+
+
+def _check(op: str, fd: int) -> None:
+    if _faults is not None:
+        _faults.check(op, _paths.get(fd, ""))
+
+
+def pwrite(fd: int, data: Buffer, position: int) -> int:
+    _check("pwrite", fd)
+    return os.pwrite(fd, data, position)
+
+
+def pwritev(fd: int, buffers: Sequence[Buffer], position: int) -> int:
+    _check("pwritev", fd)
+    return os.pwritev(fd, buffers, position)
+
+
+def write(fd: int, data: Buffer) -> int:
+    _check("write", fd)
+    return os.write(fd, data)
+
+
+def fsync(fd: int) -> None:
+    _check("fsync", fd)
+    os.fsync(fd)
+
+
+def ftruncate(fd: int, length: int) -> None:
+    _check("ftruncate", fd)
+    os.ftruncate(fd, length)

@@ -112,7 +112,10 @@ class RequestGuard(_Interceptor):
 
     async def _reject(self, bad: Malformed, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if self._on_malformed is not None:
-            self._on_malformed(bad.method)
+            try:
+                self._on_malformed(bad.method)
+            except Exception:  # counting must never change the answer
+                log.exception("counting a malformed %s request failed", bad.method)
         self._log.warning(f"malformed {bad.method}", "rejected a malformed %s request from %s: %s",
                           bad.method, context.peer(), bad.reason)
         status = to_grpc_status(bad.error())

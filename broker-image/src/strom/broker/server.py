@@ -42,6 +42,7 @@ from strom.broker.config import BrokerConfig, ConfigError
 from strom.broker.core import BrokerCore
 from strom.broker.health import HealthServer
 from strom.broker.kafka.listener import KafkaListener
+from strom.broker.listeners import GRPC_LISTENER
 from strom.broker.malloc_tuning import tune as tune_malloc
 from strom.broker.service import AdminService, BrokerService, GroupService, ReplicaService
 from strom.controller.metadata import Endpoint
@@ -202,7 +203,8 @@ class BrokerServer:
 
     def _count_malformed(self, method: str) -> None:
         if self.core is not None:
-            self.core.metrics.requests.labels(method, ErrorCode.INVALID_REQUEST.name).inc()
+            self.core.metrics.requests.labels(method, ErrorCode.INVALID_REQUEST.name,
+                                              GRPC_LISTENER).inc()
 
     def _fast_maintenance(self) -> None:
         if self.core is None:

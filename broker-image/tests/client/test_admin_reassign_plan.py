@@ -162,3 +162,16 @@ def test_raise_replication_grows_only_the_small_partitions() -> None:
     assert raise_replication(current, [0, 1], 3) == {
         k: plan_k for k, plan_k in raise_replication(current, [0, 1], 2).items()}
     assert raise_replication({("t", 0): [0, 1, 2]}, range(5), 3) == {}
+
+
+def test_the_cli_and_the_operator_move_the_same_replicas() -> None:
+    """One planner: ``strom reassign plan`` and the operator's scale-out/in choose the same
+    replica sets (the CLI then also spreads preferred leaders)."""
+    from strom.model import reassign
+
+    current = rotated("t", 12, [0, 1, 2], 3)
+    for brokers in ([0, 1, 2, 3, 4], [1, 2, 3], [2, 3, 4, 5]):
+        cli = plan_reassignment(current, brokers)
+        operator = reassign.plan(current, dict.fromkeys(brokers)).assignment
+        assert {k: sorted(v) for k, v in cli.items()} == {
+            k: sorted(v) for k, v in operator.items()}, brokers

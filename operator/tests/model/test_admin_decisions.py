@@ -7,7 +7,8 @@ import datetime
 import pytest
 
 from strom.controller.placement import assign_replicas
-from strom_operator.model import groups, rebalance, scaling
+from strom.model import reassign as rebalance
+from strom_operator.model import groups, scaling
 from strom_operator.model.cluster_state import Moving, PartitionInfo, build_state
 from strom_operator.model.errors import PlanError
 from strom_operator.model.groups import GroupView, PartitionLag

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strom.controller.placement import assign_replicas
-from strom_operator.model import rebalance
+from strom.model import reassign as rebalance
 from strom_operator.model.errors import PlanError
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from strom.controller.placement import assign_replicas
-from strom_operator.model import rebalance
+from strom.model import reassign as rebalance
 from strom_operator.reconcilers import cluster as rc
 from strom_operator.reconcilers.admin import DEFAULT_THROTTLE_BYTES_PER_SEC
 from tests.reconcilers.fake import FakeApi

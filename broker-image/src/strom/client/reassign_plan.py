@@ -1,14 +1,12 @@
 """Pure reassignment planning: the ``kafka-reassign-partitions --generate`` of Strom.
 
 Given where partitions live now and the brokers they should live on, propose new replica lists.
-Moving a replica copies its whole log, so the plan moves as few replicas as it can: a replica on
-a broker that stays is kept unless that broker would then hold more than its even share
-(``replicas // brokers``, one more on ``replicas % brokers`` of them). Added replicas go to the
-least-loaded broker, preferring racks the partition does not use yet (rack-aware when racks are
-known), and the preferred leader (the first replica) is the current one when it stays and
-leaders are still balanced, else the replica leading the fewest partitions so far. Kept
-replicas on one rack are not moved just to fix rack spread: the operator
-asked for a broker change, not a rack rebalance.
+The planning is the one planner the operator uses too (:mod:`strom.model.reassign`): the
+replication factor is changed first where asked (replicas added rack-aware on the least-loaded
+brokers, or dropped from the end, never the leader), then replicas on brokers that are not in the
+new set are drained and the rest balanced with the fewest moves (moving a replica copies its
+whole log), never lowering the racks a partition spans; last, preferred leaders are spread evenly,
+keeping a partition's current leader where it may stay.
 
 No I/O: the CLI reads the cluster, calls :func:`plan_reassignment`, prints :func:`plan_to_json`;
 ``execute`` reads the file back with :func:`parse_plan`.
@@ -17,10 +15,10 @@ No I/O: the CLI reads the cluster, calls :func:`plan_reassignment`, prints :func
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from strom.model.reassign import PlanError, balance_leaders, loads, new_replicas_for_rf, plan
 from strom.protocol.errors import ErrorCode, StromError
 
 PartitionKey = tuple[str, int]
@@ -48,94 +46,27 @@ def plan_reassignment(current: Mapping[PartitionKey, Sequence[int]], brokers: It
         raise _invalid(f"replication factor {replication_factor} must be at least 1")
     rack_of = {b: (racks or {}).get(b) for b in targets}
     keys = sorted(current)
-    rf = {k: replication_factor or len(current[k]) for k in keys}
+    before = {k: list(dict.fromkeys(current[k])) for k in keys}
     for k in keys:
-        if rf[k] > len(targets):
-            raise _invalid(f"{k[0]}-{k[1]} needs {rf[k]} replicas but only {len(targets)} "
+        rf = replication_factor or len(before[k])
+        if rf > len(targets):
+            raise _invalid(f"{k[0]}-{k[1]} needs {rf} replicas but only {len(targets)} "
                            f"broker(s) were given ({_ids(targets)}); add brokers or lower the "
                            "replication factor")
-    load = _Loads(targets, sum(rf.values()))
-
-    # 1. keep what may stay (minimal movement), without exceeding any broker's even share;
-    #    position by position (all leaders first), so the replicas that must go come from
-    #    different partitions and no partition loses all of its copies to a full broker
-    kept: dict[PartitionKey, list[int]] = {k: [] for k in keys}
-    olds = {k: list(dict.fromkeys(current[k])) for k in keys}
-    for position in range(max((len(v) for v in olds.values()), default=0)):
-        for k in keys:
-            if position >= len(olds[k]):
-                continue
-            b = olds[k][position]
-            if b in load.count and len(kept[k]) < rf[k] and load.has_room(b):
-                kept[k].append(b)
-                load.add(b)
-
-    # 2. fill the missing slots: new rack first, then the least-loaded broker, spread by index
-    chosen: Assignment = {}
-    for index, k in enumerate(keys):
-        replicas = list(kept[k])
-        while len(replicas) < rf[k]:
-            b = _pick(targets, replicas, load, rack_of, index)
-            replicas.append(b)
-            load.add(b)
-        chosen[k] = replicas
-
-    # 3. preferred leaders: keep the current one while balanced, else the least-leading replica
-    leader_cap = math.ceil(len(keys) / len(targets)) if keys else 0
-    leads = dict.fromkeys(targets, 0)
-    out: Assignment = {}
-    pending: list[PartitionKey] = []
-    for k in keys:
-        old_leader = current[k][0] if current[k] else None
-        if old_leader in chosen[k] and leads[old_leader] < leader_cap:
-            out[k] = _leader_first(chosen[k], old_leader)
-            leads[old_leader] += 1
-        else:
-            pending.append(k)
-    for k in pending:
-        leader = min(chosen[k], key=lambda b: (leads[b], load.count[b], b))
-        out[k] = _leader_first(chosen[k], leader)
-        leads[leader] += 1
-    return {k: out[k] for k in keys}
-
-
-class _Loads:
-    """Replicas per broker, capped at an even share: ``total // n`` each, and one more for only
-    ``total % n`` of them (so loads never differ by more than one when the caps can be met)."""
-
-    def __init__(self, brokers: Sequence[int], total: int) -> None:
-        self.count = dict.fromkeys(brokers, 0)
-        self.floor, self.extra_slots = divmod(total, len(brokers))
-        self.extra: set[int] = set()
-
-    def has_room(self, b: int) -> bool:
-        n = self.count[b]
-        if n < self.floor:
-            return True
-        return n == self.floor and b not in self.extra and len(self.extra) < self.extra_slots
-
-    def add(self, b: int) -> None:
-        if self.count[b] >= self.floor:
-            self.extra.add(b)
-        self.count[b] += 1
-
-
-def _pick(targets: Sequence[int], replicas: Sequence[int], load: _Loads,
-          rack_of: Mapping[int, str | None], index: int) -> int:
-    used_racks = {rack_of.get(b) for b in replicas} - {None}
-    free = [b for b in targets if b not in replicas]
-    n = len(targets)
-
-    def score(b: int) -> tuple[int, int, int, int]:
-        over = 0 if load.has_room(b) else 1
-        same_rack = 1 if rack_of.get(b) is not None and rack_of[b] in used_racks else 0
-        return (over, same_rack, load.count[b], (targets.index(b) - index) % n)
-
-    return min(free, key=score)
-
-
-def _leader_first(replicas: Sequence[int], leader: int) -> list[int]:
-    return [leader, *(b for b in replicas if b != leader)]
+    try:
+        resized = dict(before)
+        if replication_factor is not None:
+            load = loads(before, targets)
+            for k in keys:
+                if replication_factor != len(before[k]):
+                    resized[k] = new_replicas_for_rf(before[k], replication_factor, rack_of,
+                                                     load)
+                    for b in set(resized[k]) - set(before[k]):
+                        load[b] = load.get(b, 0) + 1
+        moved = plan(resized, rack_of).assignment
+    except PlanError as err:
+        raise _invalid(str(err)) from None
+    return balance_leaders(moved, before)
 
 
 #: The group coordinator's internal topic (``strom.groups.offsets.OFFSETS_TOPIC``; the client

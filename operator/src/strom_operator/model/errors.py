@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from strom.model import reassign
+
 
 @dataclasses.dataclass(frozen=True)
 class FieldError:
@@ -28,9 +30,6 @@ class SpecError(ValueError):
         super().__init__("; ".join(str(e) for e in self.errors))
 
 
-class PlanError(ValueError):
-    """A requested change the planners refuse (e.g. fewer brokers than the replication factor)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        self.reason = reason
-        super().__init__(message)
+#: The planner's refusal (e.g. fewer brokers than the replication factor): the one planner is
+#: ``strom.model.reassign``, shared with ``strom reassign plan``.
+PlanError = reassign.PlanError

@@ -1,7 +1,7 @@
 """Broker count changes: the next step when ``spec.brokers.replicas`` differs from the StatefulSet.
 
 Scale out: grow the StatefulSet first; once the new brokers have registered, run a rebalance plan
-(:mod:`strom_operator.model.rebalance`) that moves replicas onto them.
+(:mod:`strom.model.reassign`, the one planner) that moves replicas onto them.
 
 Scale in: never remove a broker that holds data.  First refuse if the remaining brokers could not
 hold the largest replication factor; otherwise drain (reassign every replica off the leaving
@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from strom_operator.model import rebalance
+from strom.model import reassign
 
 Step = Literal[
     "Steady",
@@ -94,10 +94,10 @@ def decide(
 
 
 def rebalance_plan(
-    assignment: rebalance.Assignment,
+    assignment: reassign.Assignment,
     racks: Mapping[int, str | None],
     keep: Iterable[int],
-) -> rebalance.Plan:
+) -> reassign.Plan:
     """The reassignment that leaves replicas only on ``keep`` (draining every other broker that
     holds some) and evens the load across ``keep`` with the fewest moves, rack-aware.
 
@@ -109,7 +109,7 @@ def rebalance_plan(
     leaving = sorted(holders - set(kept))
     broker_racks = {b: racks.get(b) for b in kept}
     broker_racks.update({b: racks.get(b) for b in leaving})
-    return rebalance.plan(assignment, broker_racks, leaving)
+    return reassign.plan(assignment, broker_racks, leaving)
 
 
 def progress(

@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
+from strom.model.reassign import new_replicas_for_rf
 from strom_operator.model.errors import PlanError
 from strom_operator.model.fields import config_value_str
-from strom_operator.model.rebalance import new_replicas_for_rf
 from strom_operator.model.specs import StromTopicSpec
 
 

@@ -1,4 +1,8 @@
-"""Minimal-movement, rack-aware partition reassignment plans for scale-out and scale-in.
+"""Minimal-movement, rack-aware partition reassignment plans: the one planner.
+
+The operator runs it for scale-out and scale-in, ``strom reassign plan`` (Kafka's
+``kafka-reassign-partitions --generate``) for any change of the broker set or replication factor,
+so both move replicas the same way.
 
 Input: the current assignment (topic-partition -> ordered replica list, the first replica being the
 preferred leader), the brokers that will remain (with their racks) and the brokers that will leave.
@@ -34,7 +38,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from strom_operator.model.errors import PlanError
+
+class PlanError(ValueError):
+    """A requested change the planner refuses (e.g. fewer brokers than the replication factor);
+    ``reason`` is a CamelCase word for status conditions, the message names the fix."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
 
 TopicPartition = tuple[str, int]
 Assignment = Mapping[TopicPartition, Sequence[int]]
@@ -247,6 +258,74 @@ def new_replicas_for_rf(
     return out
 
 
+def balance_leaders(assignment: Mapping[TopicPartition, Sequence[int]],
+                    before: Mapping[TopicPartition, Sequence[int]]
+                    ) -> dict[TopicPartition, list[int]]:
+    """Preferred leaders (the first replica) spread evenly, moving as few as possible.
+
+    A partition keeps its current leader while that broker is still a replica and leads fewer
+    than ``ceil(partitions / brokers)`` partitions; the others get the replica that leads the
+    fewest so far (then the least-loaded, then the lowest id). Only the order changes.
+    """
+    keys = sorted(assignment)
+    brokers = sorted({b for replicas in assignment.values() for b in replicas})
+    if not keys or not brokers:
+        return {k: list(assignment[k]) for k in keys}
+    load = loads(assignment, brokers)
+    cap = -(-len(keys) // len(brokers))
+    leads = dict.fromkeys(brokers, 0)
+    out: dict[TopicPartition, list[int]] = {}
+    pending: list[TopicPartition] = []
+    for k in keys:
+        old = before[k][0] if before.get(k) else None
+        if old is not None and old in assignment[k] and leads[old] < cap:
+            out[k] = _leader_first(assignment[k], old)
+            leads[old] += 1
+        else:
+            pending.append(k)
+    for k in pending:
+        leader = min(assignment[k], key=lambda b: (leads[b], load[b], b))
+        out[k] = _leader_first(assignment[k], leader)
+        leads[leader] += 1
+    while any(_shift_leadership(out, leads, u)
+              for u in sorted(brokers, key=lambda b: (-leads[b], b))):
+        pass  # each shift lowers the sum of squared leader counts, so this ends
+    return {k: out[k] for k in keys}
+
+
+def _shift_leadership(out: dict[TopicPartition, list[int]], leads: dict[int, int], u: int) -> bool:
+    """Move one leadership off ``u`` along a chain of partitions (u leads k1 where v1 is a
+    replica, v1 leads k2 where v2 is a replica, ...) ending at a broker that leads at least two
+    fewer than ``u``; a breadth-first search, so the chain is the shortest. False if none."""
+    led: dict[int, list[TopicPartition]] = {}
+    for k in sorted(out):
+        led.setdefault(out[k][0], []).append(k)
+    parent: dict[int, tuple[int, TopicPartition] | None] = {u: None}
+    queue = [u]
+    while queue:
+        x = queue.pop(0)
+        for k in led.get(x, ()):
+            for y in sorted(out[k][1:]):
+                if y in parent:
+                    continue
+                parent[y] = (x, k)
+                if leads[y] + 1 < leads[u]:
+                    z = y
+                    while (step := parent[z]) is not None:
+                        x2, k2 = step
+                        out[k2] = _leader_first(out[k2], z)
+                        z = x2
+                    leads[u] -= 1
+                    leads[y] += 1
+                    return True
+                queue.append(y)
+    return False
+
+
+def _leader_first(replicas: Sequence[int], leader: int) -> list[int]:
+    return [leader, *(b for b in replicas if b != leader)]
+
+
 def imbalance(load: Mapping[int, int]) -> int:
     """max - min replicas per broker (0 or 1 means balanced)."""
     if not load:
@@ -258,7 +337,9 @@ __all__ = [
     "Assignment",
     "Move",
     "Plan",
+    "PlanError",
     "TopicPartition",
+    "balance_leaders",
     "imbalance",
     "loads",
     "minimum_balance_moves",

@@ -174,6 +174,8 @@ oom_score = 0
   # "nsexec: failed to update /proc/self/oom_score_adj: Permission denied".
   restrict_oom_score_adj = true
   enable_unprivileged_ports = true
+  # Pod network namespaces under our state dir, not beside `ip netns`' in /run/netns.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"

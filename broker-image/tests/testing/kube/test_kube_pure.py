@@ -173,7 +173,7 @@ def test_provisioner_serves_only_its_own_placed_claims_and_deletes_only_its_dirs
         provisioner.volume_for(bad, root)  # type: ignore[arg-type]
 
 
-def test_cgroup_hierarchies_skip_named_and_read_only_mounts() -> None:
+def test_cgroup_hierarchies_are_every_writable_v1_mount() -> None:
     mounts = "\n".join([
         "cgroup /sys/fs/cgroup/memory cgroup rw,nosuid,relatime,memory 0 0",
         "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,relatime,cpu,cpuacct 0 0",
@@ -182,4 +182,6 @@ def test_cgroup_hierarchies_skip_named_and_read_only_mounts() -> None:
         "cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0",
     ])
     assert cgroups.hierarchies(mounts) == [Path("/sys/fs/cgroup/cpu,cpuacct"),
-                                           Path("/sys/fs/cgroup/memory")]
+                                           Path("/sys/fs/cgroup/memory"),
+                                           Path("/sys/fs/cgroup/systemd")]
+    assert Path("/sys/fs/cgroup/unified") in cgroups.hierarchies(mounts, unified=True)

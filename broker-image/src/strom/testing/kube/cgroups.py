@@ -18,25 +18,30 @@ from strom.testing.kube import layout as L
 SYSTEM = "system"
 
 
-def hierarchies(mounts: str | None = None) -> list[Path]:
-    """Mount points of the writable v1 hierarchies that have a controller (not the named
-    ``systemd`` one, not cgroup2)."""
+def hierarchies(mounts: str | None = None, *, unified: bool = False) -> list[Path]:
+    """Mount points of the writable v1 hierarchies, the named ``systemd`` one included (kubelet
+    wants its cgroup root in every mounted hierarchy), and with ``unified`` the cgroup2 mount
+    too (on a hybrid machine runc mirrors the pod cgroups there: ``down`` must find them)."""
     text = mounts if mounts is not None else Path("/proc/mounts").read_text()
     seen: dict[str, Path] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) < 4 or parts[2] != "cgroup":
+        if len(parts) < 4 or parts[2] not in ("cgroup", "cgroup2"):
+            continue
+        if parts[2] == "cgroup2":
+            if unified:
+                seen.setdefault("cgroup2", Path(parts[1]))
             continue
         opts = set(parts[3].split(","))
-        if "ro" in opts or any(o.startswith("name=") for o in opts):
+        if "ro" in opts:
             continue
         controllers = ",".join(sorted(opts - {"rw", "relatime", "nosuid", "nodev", "noexec"}))
         seen.setdefault(controllers, Path(parts[1]))
     return sorted(seen.values())
 
 
-def roots() -> list[Path]:
-    return [h / L.NAME for h in hierarchies()]
+def roots(*, unified: bool = False) -> list[Path]:
+    return [h / L.NAME for h in hierarchies(unified=unified)]
 
 
 def create() -> None:
@@ -60,7 +65,7 @@ def join(pid: int) -> None:
 def pids() -> list[int]:
     """Every process in the tree, in any hierarchy."""
     found: set[int] = set()
-    for root in roots():
+    for root in roots(unified=True):
         if not root.exists():
             continue
         for dirpath, _dirs, files in os.walk(root):
@@ -75,7 +80,7 @@ def remove() -> list[str]:
     """rmdir the tree bottom-up in every hierarchy (after its processes are gone); returns the
     directories that could not be removed."""
     left = []
-    for root in roots():
+    for root in roots(unified=True):
         if not root.exists():
             continue
         for dirpath, _dirs, _files in sorted(os.walk(root), key=lambda t: -len(t[0])):

@@ -34,7 +34,13 @@ from typing import Any
 from strom.testing.kube import cgroups, configs, dnsprobe, network, oci, pki
 from strom.testing.kube import layout as L
 from strom.testing.kube.layout import Paths
-from strom.testing.process import ManagedProcess, ProcessStartError, pid_runs, stop_pids
+from strom.testing.process import (
+    ManagedProcess,
+    ProcessStartError,
+    pid_alive,
+    pid_runs,
+    stop_pids,
+)
 
 SHIM_DIR = Path("/run/containerd/s")
 #: libcni's result cache (containerd 1.6 does not let it be moved): our network's entries are
@@ -346,12 +352,36 @@ def unmount_all(prefixes: Sequence[Path]) -> list[str]:
     return done
 
 
+def _sandbox_ids(paths: Paths) -> set[str]:
+    """The pod sandboxes containerd knows (their IDs name libcni's cache entries)."""
+    ids: set[str] = set()
+    for base in (paths.home / "containerd", paths.run / "containerd"):
+        sandboxes = base / "io.containerd.grpc.v1.cri" / "sandboxes"
+        if sandboxes.is_dir():
+            ids.update(d.name for d in sandboxes.iterdir())
+    return ids
+
+
+def _stop_tree(exclude: set[int], what: str) -> list[str]:
+    """Stop every live process in the cluster's cgroups except ``exclude`` (and ourselves)."""
+    did = []
+    for _ in range(10):
+        left = [pid for pid in cgroups.pids()
+                if pid not in exclude and pid != os.getpid() and pid_alive(pid)]
+        if not left:
+            break
+        stop_pids(left, 10)
+        did.append(f"stopped {len(left)} {what}")
+    return did
+
+
 def down(paths: Paths | None = None, *, quiet: bool = False) -> list[str]:
     """Stop and remove everything ``up`` made; returns what was found and removed."""
     paths = paths or Paths.default()
     state = load_state(paths)
     did: list[str] = []
     procs = state.get("processes", {})
+    sandboxes = _sandbox_ids(paths)
     for name in STOP_ORDER:
         info = procs.get(name)
         if info and pid_runs(info["pid"], info["marker"]):
@@ -359,27 +389,20 @@ def down(paths: Paths | None = None, *, quiet: bool = False) -> list[str]:
             did.append(f"stopped {name} (pid {info['pid']})")
         if name == "containerd":
             # Everything left in the node's cgroups: shims and pod processes.
-            for _ in range(10):
-                left = cgroups.pids()
-                host = {procs[n]["pid"] for n in HOST_DAEMONS if n in procs}
-                left = [pid for pid in left if pid not in host and pid != os.getpid()]
-                if not left:
-                    break
-                stop_pids(left, 5)
-                did.append(f"stopped {len(left)} node processes (pods, shims)")
+            host = {procs[n]["pid"] for n in HOST_DAEMONS if n in procs}
+            did += _stop_tree(exclude=host, what="node processes (pods, shims)")
     # Anything still in the tree (a crash may have left PIDs the state file never saw).
-    for _ in range(10):
-        left = [pid for pid in cgroups.pids() if pid != os.getpid()]
-        if not left:
-            break
-        stop_pids(left, 10)
-        did.append(f"stopped {len(left)} leftover processes")
+    did += _stop_tree(exclude=set(), what="leftover processes")
     mounts = unmount_all([paths.home, paths.run])
     if mounts:
         did.append(f"unmounted {len(mounts)} mounts")
     did += network.destroy()
-    failed = cgroups.remove()
-    if failed:
+    for _ in range(20):  # a just-killed process leaves its cgroup a moment later
+        failed = cgroups.remove()
+        if not failed:
+            break
+        time.sleep(0.5)
+    else:
         raise KubeError(f"could not remove cgroups: {'; '.join(failed)}")
     did += [f"restored {s}" for s in restore_sysctls(state.get("sysctls", {}))]
     before = set(state.get("shim_sockets_before", []))
@@ -389,11 +412,11 @@ def down(paths: Paths | None = None, *, quiet: bool = False) -> list[str]:
                 sock.unlink(missing_ok=True)
         if not state.get("shim_dir_existed", True):
             shutil.rmtree(SHIM_DIR.parent, ignore_errors=True)
-    if state:
-        for entry in CNI_CACHE.glob(f"results/{L.NAME}-*"):
+    for sandbox in sandboxes:
+        for entry in CNI_CACHE.glob(f"results/*-{sandbox}-*"):
             entry.unlink(missing_ok=True)
-        if not state.get("cni_cache_existed", True):
-            shutil.rmtree(CNI_CACHE, ignore_errors=True)
+    if state and not state.get("cni_cache_existed", True):
+        shutil.rmtree(CNI_CACHE, ignore_errors=True)
     for d in (paths.run, paths.home):
         if d.exists():
             shutil.rmtree(d)

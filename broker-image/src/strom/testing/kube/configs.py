@@ -249,7 +249,7 @@ def kube_proxy_config(paths: Paths) -> str:
         "clientConnection": {"kubeconfig": str(paths.kubeconfig("kube-proxy"))},
         "mode": "iptables", "clusterCIDR": L.CLUSTER_CIDR,
         "hostnameOverride": L.NODE_NAME, "bindAddress": L.NODE_IP,
-        "metricsBindAddress": "127.0.0.1:10249", "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249", "healthzBindAddress": f"{L.NODE_IP}:10256",
         "oomScoreAdj": 0,
         "iptables": {"localhostNodePorts": False},
         # Leave the (machine-wide) conntrack settings alone.

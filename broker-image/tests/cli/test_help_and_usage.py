@@ -59,6 +59,13 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     (["topic", "create"], "required: NAME"),
     (["topic", "create", "t", "--partitions", "x"], "--partitions: invalid int value"),
     (["topic", "create", "t", "--partitions", "0"], "--partitions 0 must be at least 1"),
+    # -1 is CreateTopics' "broker default" on the wire; the flag takes only real counts, as
+    # kafka-topics ("leave it out for the broker's num.partitions")
+    (["topic", "create", "t", "--partitions", "-1"], "--partitions -1 must be at least 1"),
+    (["topic", "create", "t", "--replication-factor", "-1"],
+     "--replication-factor -1 must be between 1 and 32767"),
+    (["topic", "create", "t", "--replication-factor", "40000"],
+     "--replication-factor 40000 must be between 1 and 32767"),
     (["topic", "create", "t", "--config", "novalue"], "--config 'novalue' is not KEY=VALUE"),
     (["topic", "alter", "t"], "needs --config KEY=VALUE or --delete-config KEY"),
     (["topic", "alter", "t", "--config", "a=1", "--delete-config", "a"], "pick one"),

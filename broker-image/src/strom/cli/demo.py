@@ -26,6 +26,7 @@ from typing import Any
 
 from strom.cli import localcluster as lc
 from strom.cli.errors import CliError, UsageError
+from strom.cli.invocation import strom_invocation
 from strom.cli.output import format_table
 from strom.cli.parsing import parse_bootstrap
 from strom.protocol.errors import ErrorCode, StromError
@@ -384,20 +385,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(summary_table(produced, consumed, per_partition))
         print()
         keep = how != "started" or args.keep_running
+        strom = strom_invocation()
         if keep:
             print(f"The cluster is running at {bootstrap}. Try:")
             print(f"  export STROM_BOOTSTRAP_SERVERS={bootstrap}")
-            print(f"  strom consume {args.topic} --from-beginning --max-messages 5")
-            print(f"  strom topic describe {args.topic}")
-            print("  echo 'hello:world' | strom produce demo --key-separator :")
+            print(f"  {strom} consume {args.topic} --from-beginning --max-messages 5")
+            print(f"  {strom} topic describe {args.topic}")
+            print(f"  echo 'hello:world' | {strom} produce {args.topic} --key-separator :")
             if how == "started":
-                print(f"Stop it with: strom dev down --data-dir {args.data_dir}")
+                print(f"Stop it with: {strom} dev down --data-dir {args.data_dir}")
         else:
             print("The demo stopped the cluster it started. To keep one running:")
-            print("  strom dev up          # then, in any shell:")
-            print(f"  strom consume {args.topic} --from-beginning --max-messages 5")
-            print("  strom dev down")
-            print("(or: strom dev demo --keep-running)")
+            print(f"  {strom} dev up          # then, in any shell:")
+            print(f"  {strom} consume {args.topic} --from-beginning --max-messages 5")
+            print(f"  {strom} dev down")
+            print(f"(or: {strom} dev demo --keep-running)")
     return 0
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from strom.cli import localcluster as lc
 from strom.cli.errors import CliError
+from strom.cli.invocation import strom_invocation
 from strom.cli.output import add_output_flag, format_table, render
 from strom.cli.parsing import BOOTSTRAP_ENV, parse_kv_list
 
@@ -90,7 +91,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             if len(state.brokers) != args.brokers:
                 raise CliError(
                     f"a {len(state.brokers)}-broker dev cluster already runs in {data_dir}; "
-                    f"stop it first: strom dev down --data-dir {data_dir}"
+                    f"stop it first: {strom_invocation()} dev down --data-dir {data_dir}"
                 )
             progress(f"a dev cluster is already running in {data_dir}")
         else:
@@ -122,7 +123,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  export {BOOTSTRAP_ENV}={state.bootstrap}")
     if state.kafka_bootstrap:
         print(f"Kafka clients: bootstrap.servers={state.kafka_bootstrap}")
-    print(f"Stop it with: strom dev down --data-dir {data_dir}")
+    print(f"Stop it with: {strom_invocation()} dev down --data-dir {data_dir}")
     return 0
 
 
@@ -147,7 +148,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     data_dir: Path = args.data_dir
     state = lc.load_state(data_dir)
     if state is None:
-        raise CliError(f"no dev cluster recorded in {data_dir}; start one with strom dev up "
+        raise CliError(f"no dev cluster recorded in {data_dir}; start one with "
+                       f"{strom_invocation()} dev up "
                        f"--data-dir {data_dir}")
     statuses = lc.cluster_status(state)
     view = _cluster_view(state) if any(s.alive for s in statuses) else None

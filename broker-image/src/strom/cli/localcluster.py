@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from strom.cli.errors import CliError, UsageError
+from strom.cli.invocation import strom_invocation
 from strom.testing.broker import probe_ready as probe_ready_url
 from strom.testing.process import (
     ManagedProcess,
@@ -254,8 +255,8 @@ def check_restart(layout: Layout, n: int, data_dir: Path) -> None:
         raise UsageError(
             f"--brokers {n}: {data_dir} holds a {layout.brokers}-broker cluster (controller "
             f"voters {', '.join(map(str, layout.voters))}); start it with --brokers "
-            f"{layout.brokers} or more, or delete it with strom dev down --delete-data "
-            f"--data-dir {data_dir}")
+            f"{layout.brokers} or more, or delete it with {strom_invocation()} dev down "
+            f"--delete-data --data-dir {data_dir}")
 
 
 def plan_cluster(
@@ -599,7 +600,7 @@ def running_state(data_dir: Path) -> ClusterState | None:
     if any(alive):
         raise CliError(
             f"the dev cluster in {data_dir} is only partly running; stop it with "
-            f"strom dev down --data-dir {data_dir}, then start it again"
+            f"{strom_invocation()} dev down --data-dir {data_dir}, then start it again"
         )
     return None
 

@@ -25,6 +25,9 @@ PARTITION_COLUMNS = (
 )
 
 
+#: CreateTopics' "use the broker's default" for partitions and replication factor.
+BROKER_DEFAULT = -1
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     topic = sub.add_parser(
         "topic", help="create, list, describe, alter and delete topics",
@@ -36,10 +39,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                              epilog=topic_epilog(),
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     create.add_argument("name", metavar="NAME")
-    create.add_argument("--partitions", type=int, default=-1, metavar="P",
-                        help="partition count (default: the broker's num.partitions)")
-    create.add_argument("--replication-factor", type=int, default=-1, metavar="R",
-                        help="replicas per partition (default: default.replication.factor)")
+    # None = not given: the broker's default (-1 on the wire, as Kafka's CreateTopics); given,
+    # it must be >= 1, as kafka-topics checks ("The partitions must be greater than 0")
+    create.add_argument("--partitions", type=int, default=None, metavar="P",
+                        help="partition count, at least 1 (default: the broker's num.partitions)")
+    create.add_argument("--replication-factor", type=int, default=None, metavar="R",
+                        help="replicas per partition, 1..32767 (default: the broker's "
+                        "default.replication.factor)")
     create.add_argument("--config", action="append", metavar="KEY=VALUE",
                         help="topic config, e.g. retention.ms=3600000 (repeatable)")
     create.add_argument("--if-not-exists", action="store_true",
@@ -170,16 +176,19 @@ def _rf(t: dict[str, Any]) -> int:
 
 def cmd_create(args: argparse.Namespace) -> int:
     configs = parse_kv_list(args.config, "--config")
-    if args.partitions == 0 or args.partitions < -1:
-        raise UsageError(f"--partitions {args.partitions} must be at least 1")
-    if args.replication_factor == 0 or args.replication_factor < -1:
-        raise UsageError(f"--replication-factor {args.replication_factor} must be at least 1")
+    if args.partitions is not None and args.partitions < 1:
+        raise UsageError(f"--partitions {args.partitions} must be at least 1 (leave it out for "
+                         "the broker's num.partitions)")
+    if args.replication_factor is not None and not 1 <= args.replication_factor <= 32767:
+        raise UsageError(f"--replication-factor {args.replication_factor} must be between 1 "
+                         "and 32767 (leave it out for the broker's default.replication.factor)")
     with open_admin(args) as admin:
         try:
             admin.create_topic(
                 args.name,
-                partitions=args.partitions,
-                replication_factor=args.replication_factor,
+                partitions=BROKER_DEFAULT if args.partitions is None else args.partitions,
+                replication_factor=(BROKER_DEFAULT if args.replication_factor is None
+                                    else args.replication_factor),
                 configs=configs,
             )
         except StromError as err:

@@ -136,3 +136,22 @@ def test_partial_batch_rewrite_keeps_headers_and_decompresses(open_log, clock):
     assert [(r.offset, r.key, r.value) for r in recs] == [(0, b"a", b"1"), (2, b"c", b"1"),
                                                           (3, b"b", b"2")]
     assert recs[0].headers == (("h", b"x"),) and recs[0].timestamp == clock.now
+
+
+def test_max_compaction_lag_rolls_the_active_segment_so_old_values_get_compacted(open_log, clock):
+    config = LogConfig(cleanup_policy="compact", max_compaction_lag_ms=1000)  # segment.ms: 7 days
+    log = open_log(config)
+    for value in (b"old", b"new"):
+        log.append_as_leader(encode_batch([(b"k", value)], timestamp_ms=clock.now), 0)
+    log.maybe_roll(clock.now + 500)
+    assert log.compact(clock.now + 500) == 0, "all in the active segment: nothing cleanable yet"
+    log.maybe_roll(clock.now + 1500)  # older than max.compaction.lag.ms: rolled
+    assert log.compact(clock.now + 1500) == 1
+    assert [(k, v) for _, k, v in _records(log)] == [(b"k", b"new")]
+
+
+def test_max_compaction_lag_does_not_roll_a_delete_topic(open_log, clock):
+    log = open_log(LogConfig(cleanup_policy="delete", max_compaction_lag_ms=1000))
+    log.append_as_leader(encode_batch([(b"k", b"v")], timestamp_ms=clock.now), 0)
+    log.maybe_roll(clock.now + 5000)
+    assert log.segment_count == 1

@@ -32,6 +32,10 @@ def test_parse_overrides():
     ({"segment.bytes": "1"}, "segment.bytes='1'"),
     ({"unclean.leader.election.enable": "yes"}, "true or false"),
     ({"retention.msec": "1"}, "unknown topic config 'retention.msec'; valid keys are:"),
+    ({"max.compaction.lag.ms": "0"}, "max.compaction.lag.ms='0' is out of range"),
+    ({"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"},
+     "min.compaction.lag.ms=5000 is larger than max.compaction.lag.ms=1000"),
+    ({"compression.type": "zstd"}, "is a Kafka topic config that Strom does not implement"),
 ])
 def test_errors_name_key_value_and_fix(raw, fragment):
     with pytest.raises(StromError) as err:

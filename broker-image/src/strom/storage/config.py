@@ -30,6 +30,7 @@ class LogConfig:
     cleanup_policy: str = "delete"  # cleanup.policy: "delete" | "compact" | "compact,delete"
     delete_retention_ms: int = 86400000  # delete.retention.ms (tombstone lifetime)
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = INT64_MAX  # max.compaction.lag.ms
     max_message_bytes: int = 1048588  # max.message.bytes (max size of one batch)
     flush_messages: int = INT64_MAX  # flush.messages (fsync after N messages)
     flush_ms: int = INT64_MAX  # flush.ms
@@ -48,6 +49,15 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How long the active segment may stay open: ``segment.ms``, and for a compacted topic
+        at most ``max.compaction.lag.ms`` (Kafka's ``LogConfig.maxSegmentMs``): compaction only
+        cleans closed segments, so rolling is what bounds how long a record stays uncompacted."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     @property
     def log_append_time(self) -> bool:
@@ -143,6 +153,10 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("min.compaction.lag.ms", "long", _D.min_compaction_lag_ms, _int(0, hint=_MS),
                   "Minimum age of a record before compaction may remove it.",
                   "min_compaction_lag_ms"),
+        ConfigDef("max.compaction.lag.ms", "long", _D.max_compaction_lag_ms,
+                  _int(1, hint=_MS + ", at least 1"),
+                  "Longest a record stays ineligible for compaction: a compacted topic's active "
+                  "segment rolls after this long.", "max_compaction_lag_ms"),
         ConfigDef("max.message.bytes", "int", _D.max_message_bytes,
                   _int(0, INT32_MAX, hint="use the largest record batch size in bytes"),
                   "Largest record batch accepted from a producer.", "max_message_bytes"),
@@ -187,7 +201,6 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
 UNSUPPORTED_TOPIC_CONFIGS: tuple[str, ...] = (
     "compression.type",
     "file.delete.delay.ms",
-    "max.compaction.lag.ms",
     "min.cleanable.dirty.ratio",
 )
 #: The one message for them, after the key name.
@@ -212,7 +225,13 @@ def parse_topic_configs(raw: Mapping[str, str], base: LogConfig = LogConfig()) -
         if not isinstance(value, str):
             raise _bad(name, str(value), "must be given as a string")
         changes[definition.field] = definition.validator(name, value)
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    config = dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+        raise StromError(ErrorCode.INVALID_CONFIG,
+                         f"min.compaction.lag.ms={config.min_compaction_lag_ms} is larger than "
+                         f"max.compaction.lag.ms={config.max_compaction_lag_ms}; lower the first "
+                         f"or raise the second")
+    return config
 
 
 def _render(value: object) -> str:

@@ -306,7 +306,7 @@ class PartitionLog:
             return True  # keep never-compacted segments contiguous (recovery relies on it)
         return (seg.size + h.size > self.config.segment_bytes or seg.index.full
                 or seg.time_index.full or h.last_offset - seg.base_offset > INT32_MAX
-                or now - seg.created_ms > self.config.segment_ms)
+                or now - seg.created_ms > self.config.max_segment_ms)
 
     def _write(self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader],
                now: int, *, offsets_from_headers: bool = False) -> None:
@@ -366,12 +366,13 @@ class PartitionLog:
         return seg
 
     def maybe_roll(self, now_ms: int | None = None) -> None:
-        """Roll the active segment if segment.ms has passed; also applies flush.ms."""
+        """Roll the active segment if segment.ms (for a compacted topic, at most
+        max.compaction.lag.ms) has passed; also applies flush.ms."""
         if self.offline is not None:
             return
         now = self._clock() if now_ms is None else now_ms
         active = self._segments[-1]
-        if not active.empty and now - active.created_ms > self.config.segment_ms:
+        if not active.empty and now - active.created_ms > self.config.max_segment_ms:
             self._roll(now)
         if now - self._last_producer_expiry >= _PRODUCER_EXPIRY_CHECK_MS:
             self._last_producer_expiry = now

@@ -9,6 +9,7 @@ never rots); the default is the full run whose latest numbers are summarised in 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -141,8 +142,7 @@ def run_strom_partitions(params: dict[str, int | float], results: list[Result]) 
 
 def run_strom_replicated(params: dict[str, int | float], results: list[Result]) -> None:
     """Replication on one machine: 3 brokers in combined mode; RF=3 acks=all beside RF=1 acks=1
-    (same cluster, same run, ratio = replicated / unreplicated) for both workloads, then leader
-    failover time: kill -9 the leader and time until the first acks=all write succeeds."""
+    (same cluster, same run, ratio = replicated / unreplicated) for both workloads."""
     from strom.testing import running_cluster
 
     n_small = int(params["records_replicated"])
@@ -180,11 +180,28 @@ def run_strom_replicated(params: dict[str, int | float], results: list[Result]) 
                                   t3.records_per_s, "records/s", peers=[base],
                                   extra={"MB/s": t3.mb_per_s,
                                          "runs": [r.records_per_s for r in runs3]}))
-        times = sw.failover_times(cluster, int(params["failovers"]), _progress)
-        for q in (50, 99):
-            results.append(Result("strom RF=3 acks=all", "failover", f"kill -9 to write p{q}",
-                                  percentile(times, q), "ms", higher_is_better=False,
-                                  extra={"samples_ms": times}))
+
+
+def run_failover(params: dict[str, Any], results: list[Result]) -> None:
+    """Failover at production defaults (``benchmarks/failover.py``): the leader of an RF=3
+    acks=all partition is killed (kill -9), hung (SIGSTOP) or cut off (network namespace);
+    time until writes resume, median and max over several runs of each."""
+    from benchmarks import failover
+
+    labels = {"kill": "kill -9", "stop": "SIGSTOP", "partition": "netns partition"}
+    with tempfile.TemporaryDirectory(prefix="strom-bench-failover-") as tmp:
+        found = failover.run_faults(Path(tmp), tuple(params["failover_faults"]),
+                                    int(params["failovers"]), _progress)
+    for fault, runs in found.items():
+        samples = [round(r.resume_s * 1000, 1) for r in runs]
+        extra = {"samples_ms": samples,
+                 "new_leader_seen_ms": [None if r.new_leader_s is None
+                                        else round(r.new_leader_s * 1000, 1) for r in runs],
+                 "victim_was_controller": [r.victim_was_controller for r in runs]}
+        for name, value in (("median", statistics.median(samples)), ("max", max(samples))):
+            results.append(Result("strom RF=3 acks=all", "failover",
+                                  f"{labels[fault]} to write {name}", value, "ms",
+                                  higher_is_better=False, extra=extra))
 
 
 def run_groups(params: dict[str, int | float], results: list[Result]) -> None:
@@ -235,13 +252,13 @@ PROFILES: dict[str, dict[str, Any]] = {
               "latency_seconds": 2, "big_log_bytes": 20_000_000,
               "partition_counts": (1, 100, 1000), "records_partitions": 5_000,
               "records_replicated": 5_000, "records_replicated_1k": 5_000,
-              "failovers": 1, "repeats": 1,
+              "failovers": 1, "failover_faults": ("kill",), "repeats": 1,
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2},
     "full": {"records_100b": 1_000_000, "records_1k": 1_000_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
              "records_replicated": 300_000, "records_replicated_1k": 300_000,
-             "failovers": 10, "repeats": 3,
+             "failovers": 7, "failover_faults": ("kill", "stop", "partition"), "repeats": 3,
              "group_sizes": (1, 10, 50), "group_rebalance_repeats": 3,
              "group_records": 500_000, "group_members": 4},
 }
@@ -249,7 +266,8 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 SECTIONS: dict[str, Callable[[dict[str, Any], list[Result]], None]] = {
     "single": run_strom, "partitions": run_strom_partitions,
-    "replication": run_strom_replicated, "groups": run_groups, "peers": run_peers,
+    "replication": run_strom_replicated, "failover": run_failover, "groups": run_groups,
+    "peers": run_peers,
 }
 """Sections of a run, in order; ``--only`` picks some (the peers' rows only get ratios when
 ``peers`` runs too)."""

@@ -11,10 +11,8 @@ import multiprocessing as mp
 import os
 import struct
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from strom.client import Admin, Consumer, Producer, TopicPartition
 
@@ -180,31 +178,3 @@ def end_to_end_latency(bootstrap: str, topic: str, partitions: int, rate: int, s
 def prefill(bootstrap: str, topic: str, total_bytes: int, value_size: int = 1024) -> Throughput:
     """Write ``total_bytes`` of data into ``topic`` (for the big-log vs empty-log comparison)."""
     return produce(bootstrap, topic, max(1, total_bytes // value_size), value_size)
-
-
-def failover_times(cluster: Any, kills: int, progress: Callable[[str], None]) -> list[float]:
-    """Milliseconds from ``kill -9`` of a partition leader to the first acks=all write that
-    succeeds afterwards, ``kills`` times (the broker is restarted and back in the ISR between)."""
-    create_topic(cluster.bootstrap, "failover", 1, 3, {"min.insync.replicas": "2"})
-    cluster.wait_for_isr("failover", 0, 3, timeout=30)
-    out: list[float] = []
-    with Producer(cluster.bootstrap, acks="all", linger_ms=0, request_timeout_ms=1000,
-                  retry_backoff_ms=20, retry_backoff_max_ms=100,
-                  delivery_timeout_ms=60_000) as producer:
-        producer.send("failover", b"warm-up").result(timeout=30)
-        for k in range(kills):
-            leader = cluster.wait_for_leader("failover", 0, timeout=30)
-            progress(f"failover {k + 1}/{kills}: killing broker {leader}, the leader")
-            cluster.kill(leader)
-            killed = time.perf_counter()
-            deadline = killed + 60
-            while time.perf_counter() < deadline:
-                try:
-                    producer.send("failover", b"after-kill").result(timeout=5)
-                    break
-                except Exception:
-                    time.sleep(0.005)
-            out.append((time.perf_counter() - killed) * 1000)
-            cluster.restart(leader)
-            cluster.wait_for_isr("failover", 0, 3, timeout=60)
-    return sorted(out)

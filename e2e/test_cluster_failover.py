@@ -9,6 +9,9 @@ The issue's acceptance flows for clustering:
 - Network partition by SIGSTOP of the leader: a new leader takes over, nothing acknowledged is
   lost, the old leader acknowledges nothing once it is back, and no two replicas keep different
   records for the same offsets (no two leaders wrote in one epoch).
+- Network partition by network namespaces (each broker in its own namespace, the leader's
+  link cut): the same guarantees as for SIGSTOP, with the process running on and its
+  connections silent rather than stopped; writes come back at production timeouts within 8 s.
 - Reassignment under load: every replica of a topic moves from brokers {0,1,2} to {2,3,4} while a
   producer and a consumer run; nothing lost, nothing duplicated.
 """
@@ -26,17 +29,22 @@ from pathlib import Path
 import grpc
 import pytest
 
+from strom.broker.config import KEYS
 from strom.client import Consumer, Producer, RecordMetadata, TopicPartition
 from strom.protocol.batch import iter_headers
 from strom.protocol.records import encode_batch
 from strom.protocol.v1 import broker_pb2, broker_pb2_grpc
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
-from strom.testing import Cluster, running_cluster
+from strom.testing import Cluster, netns, running_cluster
+from strom.testing.cluster import CLUSTER_TEST_DEFAULTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 KILLS = int(os.environ.get("STROM_E2E_KILLS", "20"))
+#: The broker's own defaults for the timeouts ``strom.testing`` shortens for speed.
+PRODUCTION_TIMEOUTS = {key: str(KEYS[key].default) for key in CLUSTER_TEST_DEFAULTS
+                       if key != "shutdown.timeout.ms"}
 
 
 @dataclass
@@ -47,6 +55,8 @@ class Stream:
     topic: str
     partitions: int = 1
     pause_s: float = 0.002
+    client_defaults: bool = False
+    """Default producer timeouts and backoffs (else short ones, for speed)."""
     acked: dict[int, tuple[int, int]] = field(default_factory=dict)
     """value -> (partition, offset) of every acknowledged record."""
     failed: dict[int, str] = field(default_factory=dict)
@@ -68,9 +78,11 @@ class Stream:
                 self.failed[value] = repr(err)
 
     def _run(self) -> None:
+        defaults = self.client_defaults  # else short timeouts and backoffs, for speed
         with Producer(self.bootstrap, acks="all", linger_ms=2, delivery_timeout_ms=120_000,
-                      request_timeout_ms=3_000, retry_backoff_ms=50,
-                      retry_backoff_max_ms=500) as producer:
+                      request_timeout_ms=30_000 if defaults else 3_000,
+                      retry_backoff_ms=100 if defaults else 50,
+                      retry_backoff_max_ms=1000 if defaults else 500) as producer:
             deadline = time.monotonic() + 600
             i = 0
             while not self.stop.is_set() and time.monotonic() < deadline:
@@ -284,6 +296,59 @@ def test_an_isolated_leader_loses_nothing_and_acknowledges_nothing(cluster3: Clu
     time.sleep(1.0)
     cluster.stop()
     assert_replicas_identical(cluster, "iso", 0, [0, 1, 2])
+
+
+def _need_namespaces() -> None:
+    reason = netns.unavailable()
+    if reason is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI must run the network-partition test, but {reason}")
+    pytest.skip(reason)
+
+
+def test_a_partitioned_leader_loses_nothing_and_writes_resume_within_8_s(
+        tmp_path: Path) -> None:
+    """Issue 13.8 / 12.4: a real partition (``ip link set down``), production timeouts."""
+    _need_namespaces()
+    with netns.running_partitionable_cluster(
+            tmp_path, brokers=3, prefix="failover", min_insync_replicas=2,
+            default_replication_factor=3, config=PRODUCTION_TIMEOUTS) as cluster:
+        with cluster.admin() as admin:
+            admin.create_topic("cut", partitions=1, replication_factor=3,
+                               configs={"min.insync.replicas": "2"})
+        cluster.wait_for_isr("cut", 0, 3, timeout=60)
+        stream = Stream(cluster.bootstrap, "cut", client_defaults=True).start()
+        try:
+            stream.wait_progress(50, 30, "before the partition")
+            old = cluster.wait_for_leader("cut", 0, timeout=30)
+            old_epoch = cluster.partition("cut", 0).leader_epoch
+            cluster.cut(old)
+            cut_at = time.monotonic()
+            try:
+                stream.wait_progress(20, 30, f"with broker {old} cut off")
+                resumed = time.monotonic() - cut_at
+                new = cluster.wait_for_leader("cut", 0, timeout=30, not_in=[old])
+                assert resumed < 8, f"writes resumed {resumed:.1f} s after the partition"
+            finally:
+                cluster.heal(old)
+            assert cluster.partition("cut", 0).leader_epoch > old_epoch
+            # the old leader learns it was replaced; it never acknowledges an acks=all write
+            answer = _raw_produce(cluster.brokers[old].bootstrap, "cut", b"-7")
+            assert answer is None or answer.error_code != 0, \
+                "the partitioned old leader acknowledged an acks=all write"
+            cluster.wait_for_isr("cut", 0, 3, timeout=60)
+            stream.wait_progress(50, 30, f"after the partition healed (leader {new})")
+        finally:
+            stream.finish()
+        wait_visible(cluster, stream)
+        records = {0: read_partition(cluster.bootstrap, "cut", 0)}
+        assert -7 not in {v for _, v in records[0]}, "the partitioned leader's write survived"
+        check_exactly_once(stream, records)
+        cluster.wait_for_isr("cut", 0, 3, timeout=60)
+        time.sleep(1.0)
+        cluster.stop()
+        assert_replicas_identical(cluster, "cut", 0, [0, 1, 2])
 
 
 def test_reassignment_from_012_to_234_under_load(tmp_path: Path) -> None:

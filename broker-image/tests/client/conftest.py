@@ -61,6 +61,8 @@ class FakeCluster:
         # Produce answers lost after the append (the client sees a timeout): (topic, partition)
         self.lost_answers: dict[tuple[str, int], int] = defaultdict(int)
         self.next_producer_id = 1000
+        # brokers that hang: Produce and Metadata to them never answer (a SIGSTOP-ed process)
+        self.hung: set[int] = set()
         self.group_coordinator = FakeGroups(self)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -128,8 +130,13 @@ class _FakeBroker(broker_pb2_grpc.BrokerServicer):
         return broker_pb2.InitProducerIdResponse(producer_id=self.c.next_producer_id,
                                                  producer_epoch=0)
 
+    async def _hang_if_hung(self) -> None:
+        while self.id in self.c.hung:
+            await asyncio.sleep(0.05)
+
     async def Metadata(self, request: Any, context: Any) -> Any:
         self.c.calls.append((self.id, "Metadata", request))
+        await self._hang_if_hung()
         await self.c.abort_if_call_fault("Metadata", context)
         names = list(request.topics) or list(self.c.topics)
         topics = []
@@ -161,6 +168,7 @@ class _FakeBroker(broker_pb2_grpc.BrokerServicer):
 
     async def Produce(self, request: Any, context: Any) -> Any:
         self.c.calls.append((self.id, "Produce", request))
+        await self._hang_if_hung()
         await self.c.abort_if_call_fault("Produce", context)
         out = []
         for pd in request.partitions:

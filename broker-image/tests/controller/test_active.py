@@ -9,7 +9,7 @@ complete reassignments and elect leaders for leaderless partitions (unclean only
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
 import pytest
@@ -51,6 +51,18 @@ class NoPeers:
         pass
 
 
+class Ports:
+    """A fake ``liveness.connection_refused``: which (host, port) refuse, and who was asked."""
+
+    def __init__(self) -> None:
+        self.refusing: set[int] = set()
+        self.asked: list[int] = []
+
+    async def __call__(self, host: str, port: int) -> bool:
+        self.asked.append(port)
+        return port in self.refusing
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -60,7 +72,9 @@ class Clock:
 
 
 class Cluster:
-    def __init__(self, raft_log: MemoryRaftLog, clock: Clock, **settings: object) -> None:
+    def __init__(self, raft_log: MemoryRaftLog, clock: Clock, *,
+                 probe: Callable[[str, int], Coroutine[Any, Any, bool]] | None = None,
+                 **settings: object) -> None:
         self.clock = clock
         self.driver = QuorumDriver(
             RaftConfig(0, frozenset({0}), election_timeout_ms=50, heartbeat_interval_ms=10),
@@ -75,7 +89,9 @@ class Cluster:
             ready_wait_s=5.0,
             **settings,  # type: ignore[arg-type]
         )
-        self.active = ActiveController(self.driver, config, clock=clock)
+        # every port listens unless a test says otherwise (no real connection is made)
+        self.active = ActiveController(self.driver, config, clock=clock,
+                                       probe=probe or Ports())
         self.epochs: dict[int, int] = {}
         self.incarnations: dict[int, str] = {}
 
@@ -128,6 +144,7 @@ class Cluster:
             for b in heartbeating:
                 await self.heartbeat(b)
             await self.active.run_once()
+            await asyncio.sleep(0)  # background work (liveness probes) runs between ticks
 
     async def until(
         self, predicate: Callable[[MetadataImage], bool], what: str, timeout: float = 5.0
@@ -367,3 +384,68 @@ async def test_quorum_service_broker_heartbeat(cluster: Cluster) -> None:
     passive = QuorumService(cluster.driver, {0: "127.0.0.1:1"})
     r = await passive.BrokerHeartbeat(request("inc-0", cluster.epochs[0]), context)
     assert ErrorCode(r.error.code) is ErrorCode.NOT_CONTROLLER
+
+
+async def test_a_late_broker_whose_port_refuses_is_fenced_before_its_session_ends() -> None:
+    ports = Ports()
+    c = Cluster(MemoryRaftLog(), Clock(), probe=ports, probe_after_ms=SESSION_MS // 4)
+    await c.start()
+    try:
+        await c.live(0, 1, 2)
+        await c.propose(CreateTopic("t", "tid", ((0, 1, 2),)))
+        # late but listening (hung, slow or partitioned): probed, not fenced before the session
+        await c.advance(0.9, heartbeating=(1, 2))
+        assert 9092 in ports.asked and not c.image.brokers[0].fenced
+        await c.advance(0.3, heartbeating=(1, 2))
+        await c.until(lambda i: i.brokers[0].fenced, "broker 0 fenced by its session timeout")
+        # broker 1's process is gone: its port refuses, fenced a quarter session after its
+        # last heartbeat instead of a whole one
+        ports.refusing.add(9093)
+        await c.advance(0.2, heartbeating=(2,))
+        assert not c.image.brokers[1].fenced, "on time: not probed"
+        await c.advance(0.2, heartbeating=(2,))
+        await c.until(lambda i: i.brokers[1].fenced, "broker 1 fenced on the refusal")
+        assert not c.image.brokers[2].fenced and 9094 not in ports.asked
+        assert c.leader("t") == 2 and c.isr("t") == [2]
+    finally:
+        await c.stop()
+
+
+async def test_a_heartbeat_after_the_probe_began_cancels_its_verdict() -> None:
+    ports = Ports()
+    ports.refusing.add(9092)
+    c = Cluster(MemoryRaftLog(), Clock(), probe=ports, probe_after_ms=SESSION_MS // 4)
+    await c.start()
+    try:
+        await c.live(0)
+        c.clock.now += 0.3
+        await c.active.run_once()  # the probe starts (it would say "refused")
+        await asyncio.sleep(0.01)
+        assert ports.asked == [9092]
+        await c.heartbeat(0)  # ... but the broker (a restarted incarnation) heart-beats
+        await asyncio.sleep(0.01)
+        await c.active.run_once()
+        assert not c.image.brokers[0].fenced
+    finally:
+        await c.stop()
+
+
+async def test_a_new_controller_probes_every_broker_at_once() -> None:
+    """The broker that died may have been the controller: its successor probes everyone as it
+    takes over, rather than granting the dead a whole fresh session."""
+    raft_log, clock = MemoryRaftLog(), Clock()
+    first = Cluster(raft_log, clock)
+    await first.start()
+    await first.live(0, 1)
+    await first.stop()
+    ports = Ports()
+    ports.refusing.add(9092)
+    second = Cluster(raft_log, clock, probe=ports)
+    await second.start()
+    try:
+        await second.advance(0.05)
+        await second.until(lambda i: i.brokers[0].fenced, "broker 0 fenced on the refusal")
+        assert sorted(set(ports.asked)) == [9092, 9093]
+        assert not second.image.brokers[1].fenced, "listening: keeps its fresh session"
+    finally:
+        await second.stop()

@@ -113,6 +113,7 @@ class ClusterLink:
             unclean = config.get("unclean.leader.election.enable")
             self.active = ActiveController(self.driver, ControllerSettings(
                 session_timeout_ms=int(config.get("broker.session.timeout.ms")),
+                probe_after_ms=2 * int(config.get("broker.heartbeat.interval.ms")),
                 leader_imbalance_check_ms=int(config.get("leader.imbalance.check.interval.ms")),
                 auto_leader_rebalance=bool(config.get("auto.leader.rebalance.enable")),
                 cluster_id=config.cluster_id,

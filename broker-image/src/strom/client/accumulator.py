@@ -36,6 +36,17 @@ class ReadyCheck:
     full_nodes: set[int] = field(default_factory=set)
     next_check_ms: float = float("inf")
     unknown_leader_topics: set[str] = field(default_factory=set)
+    #: a retried batch waits out its backoff for the leader it failed on: poll the metadata
+    backing_off: bool = False
+
+
+def _leader_moved(batch: ProducerBatch, leader_of: Callable[[TopicPartition], int]) -> bool:
+    """The metadata names a leader other than the one the batch last failed on: send it there
+    now rather than after the backoff (Kafka's KIP-951; the backoff is for the same broker)."""
+    if batch.failed_leader < 0:
+        return False
+    leader = leader_of(batch.tp)
+    return leader >= 0 and leader != batch.failed_leader
 
 
 class RecordAccumulator:
@@ -123,8 +134,10 @@ class RecordAccumulator:
                 if not dq or (self.guarantee_order and tp in self.muted):
                     continue
                 head = dq[0]
-                if head.attempts > 0 and head.retry_at_ms > now_ms:
+                if head.attempts > 0 and head.retry_at_ms > now_ms \
+                        and not _leader_moved(head, leader_of):
                     check.next_check_ms = min(check.next_check_ms, head.retry_at_ms)
+                    check.backing_off = True
                     continue
                 full = head.full or len(dq) > 1
                 due = head.created_ms + self.linger_ms
@@ -160,7 +173,8 @@ class RecordAccumulator:
                 if not dq or (self.guarantee_order and tp in self.muted):
                     continue
                 head = dq[0]
-                if head.attempts > 0 and head.retry_at_ms > now_ms:
+                if head.attempts > 0 and head.retry_at_ms > now_ms \
+                        and not _leader_moved(head, leader_of):
                     continue
                 if not (head.full or len(dq) > 1 or force
                         or head.created_ms + self.linger_ms <= now_ms):

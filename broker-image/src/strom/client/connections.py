@@ -40,6 +40,8 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
 
 
 _DETAILS_KEY = "grpc-status-details-bin"
+#: How long a metadata refresh waits for one broker before also asking the next.
+HEDGE_S = 0.25
 
 
 def rpc_error(exc: grpc.RpcError) -> StromError:
@@ -131,20 +133,39 @@ class Connections:
             fut.set_result(None)
 
     async def _do_refresh(self) -> None:
+        """Ask one broker; if it has not answered within ``HEDGE_S``, ask the next one too
+        (and so on), and take the first answer. A hung or cut-off broker keeps a connection
+        open and answers nothing, so asking brokers strictly one after the other would wait
+        out the whole request timeout on it."""
         topics = sorted(self.topics)
         request = broker_pb2.MetadataRequest(topics=topics)
         last: StromError | None = None
-        for address in self.addresses():
-            try:
-                response = await self.broker_stub_at(address).Metadata(
-                    request, timeout=self.request_timeout_s)
-            except grpc.RpcError as exc:
-                last = rpc_error(exc)
-                self.bootstrap_tracker.failed(address, exc, now_ms())
-                continue
-            self.bootstrap_tracker.succeeded()
-            self.metadata.update(response, now_ms(), requested=topics or None)
-            return
+        waiting: dict[asyncio.Task[broker_pb2.MetadataResponse], str] = {}
+        addresses = self.addresses()
+        try:
+            while addresses or waiting:
+                if addresses:
+                    address = addresses.pop(0)
+                    call = self.broker_stub_at(address).Metadata(
+                        request, timeout=self.request_timeout_s)
+                    waiting[asyncio.ensure_future(call)] = address
+                done, _ = await asyncio.wait(waiting, timeout=HEDGE_S if addresses else None,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    address = waiting.pop(task)
+                    exc = task.exception()
+                    if isinstance(exc, grpc.RpcError):
+                        last = rpc_error(exc)
+                        self.bootstrap_tracker.failed(address, exc, now_ms())
+                        continue
+                    if exc is not None:
+                        raise exc
+                    self.bootstrap_tracker.succeeded()
+                    self.metadata.update(task.result(), now_ms(), requested=topics or None)
+                    return
+        finally:
+            for task in waiting:
+                task.cancel()
         raise (self.bootstrap_tracker.give_up(now_ms()) or last
                or StromError(ErrorCode.NETWORK_EXCEPTION, "no broker address to ask"))
 

@@ -100,9 +100,9 @@ class ProducerBatch:
 
     __slots__ = (
         "acks_zero", "async_futures", "attempts", "base_offset", "base_sequence", "builder",
-        "callbacks", "condition", "created_ms", "data", "done", "error", "full",
-        "log_append_time", "producer_epoch", "producer_id", "reserved", "restamp",
-        "retry_at_ms", "tp", "watched",
+        "callbacks", "condition", "created_ms", "data", "done", "error", "failed_leader",
+        "full", "last_error", "log_append_time", "producer_epoch", "producer_id", "reserved",
+        "restamp", "retry_at_ms", "tp", "watched",
     )
 
     def __init__(self, tp: TopicPartition, builder: BatchBuilder, created_ms: float,
@@ -120,6 +120,10 @@ class ProducerBatch:
         self.full = False
         self.attempts = 0
         self.retry_at_ms = 0.0
+        #: the broker the last failed attempt went to: a batch skips its backoff once
+        #: the metadata names another leader (Kafka's KIP-951)
+        self.failed_leader = -1
+        self.last_error: Exception | None = None  # of the last failed attempt, for expiry
         self.done = False
         self.base_offset = -1
         self.log_append_time = -1

@@ -61,6 +61,25 @@ _ProduceCall = grpc.aio.UnaryUnaryMultiCallable[bytes, broker_pb2.ProduceRespons
 _RESTAMP_ERRORS = codes_with(Handling.NEW_PRODUCER_EPOCH)
 
 
+#: A Produce unanswered for this long makes the sender poll the metadata (every
+#: ``_POLL_MS``) and, once another broker leads all its partitions, abandon the call and resend
+#: there: a hung or cut-off old leader would otherwise hold the batches for the whole
+#: request_timeout_ms (30 s), sometimes twice. acks=all answers take milliseconds here.
+STUCK_REQUEST_MS = 1000.0
+_POLL_MS = 250.0
+
+
+@dataclass(slots=True, eq=False)
+class _InFlight:
+    """One Produce call on the wire, so the sender can abandon it when leadership moved."""
+
+    node: int
+    batches: list[ProducerBatch]
+    started_ms: float
+    call: Any = None
+    moved: bool = False
+
+
 class NeedMetadata(Exception):
     """Internal: the topic's partitions are not known yet; wait for metadata and try again."""
 
@@ -172,6 +191,8 @@ class ProducerCore:
         #: Written under ``acc.lock`` by ``append_locked``; read by ``send`` before locking.
         self.sticky_open: dict[str, tuple[ProducerBatch, int]] = {}
         self.in_flight: dict[int, int] = {}
+        self._calls: set[_InFlight] = set()
+        self._next_poll_ms = 0.0
         self._produce_calls: dict[str, tuple[grpc.aio.Channel, _ProduceCall]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Event | None = None
@@ -347,8 +368,8 @@ class ProducerCore:
                 if check.unknown_leader_topics:
                     self.metadata.mark_stale()
                     self.conns.add_topics(check.unknown_leader_topics)
-                if self.metadata.needs_refresh(now):
-                    self._request_refresh(now)
+                if self.metadata.needs_refresh(now) or check.backing_off:
+                    self._request_refresh(now)  # throttled to one per retry_backoff_ms
                 nodes = [n for n in check.nodes if self._may_send(n, check.full_nodes)]
                 if nodes and self.settings.idempotence and (
                         self.producer_id < 0 or self._bump_needed):
@@ -364,11 +385,13 @@ class ProducerCore:
                         self.in_flight[node] = self.in_flight.get(node, 0) + 1
                         self._spawn(self._send(node, batches))
                 for batch in acc.expire(now, self.settings.delivery_timeout_ms):
+                    last = batch.last_error
                     self._finish(batch, -1, -1, StromError(
-                        ErrorCode.REQUEST_TIMED_OUT,
+                        last.code if isinstance(last, StromError) else ErrorCode.REQUEST_TIMED_OUT,
                         f"expiring {batch.record_count} record(s) for {batch.tp}: "
                         f"{now - batch.created_ms:.0f} ms passed since the batch was created, "
-                        f"over delivery_timeout_ms={self.settings.delivery_timeout_ms}"))
+                        f"over delivery_timeout_ms={self.settings.delivery_timeout_ms}"
+                        + (f" (last error: {last})" if last is not None else "")))
                 if acc.closing and not acc.has_incomplete():
                     return
                 timeout: float | None = None
@@ -378,7 +401,14 @@ class ProducerCore:
                     # queued but not sendable (no leader, in-flight limit): look again soon
                     timeout = min(timeout if timeout is not None else 1.0,
                                   max(self.settings.retry_backoff_ms, 10) / 1000.0
-                                  if check.unknown_leader_topics else 1.0)
+                                  if check.unknown_leader_topics or check.backing_off
+                                  else 1.0)
+                if self._calls:
+                    poll_s = self._check_stuck(now_ms())
+                    timeout = poll_s if timeout is None else min(timeout, poll_s)
+                elif any(self.in_flight.values()):  # calls spawned just now start soon
+                    timeout = min(timeout if timeout is not None else 1.0,
+                                  STUCK_REQUEST_MS / 1000.0)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
         except asyncio.CancelledError:
@@ -400,6 +430,29 @@ class ProducerCore:
             return True
         return in_flight < self.settings.max_in_flight and node in full_nodes
 
+    def _check_stuck(self, now: float) -> float:
+        """Poll the metadata while a Produce is unanswered for ``STUCK_REQUEST_MS``; abandon
+        the calls whose every partition another broker now leads. Returns when to look again
+        (seconds)."""
+        oldest = min(c.started_ms for c in self._calls)
+        if now - oldest < STUCK_REQUEST_MS:
+            return (oldest + STUCK_REQUEST_MS - now) / 1000.0
+        if now >= self._next_poll_ms:
+            self._next_poll_ms = now + _POLL_MS
+            self.metadata.mark_stale()
+            self._request_refresh(now)
+        for c in self._calls:
+            if c.moved or c.call is None or now - c.started_ms < STUCK_REQUEST_MS:
+                continue
+            leaders = {self._leader_of(b.tp) for b in c.batches}
+            if all(leader >= 0 and leader != c.node for leader in leaders):
+                log.info("abandoning a Produce to broker %d unanswered for %.0f ms: broker(s) "
+                         "%s lead its partitions now", c.node, now - c.started_ms,
+                         sorted(leaders))
+                c.moved = True
+                c.call.cancel()
+        return _POLL_MS / 1000.0
+
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         assert self.loop is not None
         task = self.loop.create_task(coro)
@@ -419,18 +472,31 @@ class ProducerCore:
             for b in batches:
                 b.acks_zero = True
                 self._finish(b, -1, -1, None)
+        entry = _InFlight(node, batches, now_ms())
+        self._calls.add(entry)
         try:
             try:
                 produce = self._produce_call(node)
-                response = await produce(request, timeout=s.request_timeout_ms / 1000.0)
+                entry.call = call = produce(request, timeout=s.request_timeout_ms / 1000.0)
+                response = await call
             except grpc.RpcError as exc:
                 err = rpc_error(exc)
                 for b in batches:
-                    self._failed(b, err)
+                    self._failed(b, err, node)
                 return
             except StromError as err:
                 for b in batches:
-                    self._failed(b, err)
+                    self._failed(b, err, node)
+                return
+            except asyncio.CancelledError:
+                if not entry.moved:
+                    raise
+                # abandoned by _check_stuck: as a request timeout, but sent on at once
+                # (idempotence makes the resend safe: the new leader de-duplicates it)
+                moved = StromError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                   f"broker {node} did not answer and no longer leads")
+                for b in batches:
+                    self._failed(b, moved, node)
                 return
             results = {(p.topic, p.partition): p for p in response.partitions}
             for b in batches:
@@ -444,10 +510,11 @@ class ProducerCore:
                         self._finish(b, r.base_offset, r.log_append_time_ms, None)  # as Kafka
                     else:
                         self._failed(b, StromError(code, r.error_message
-                                                   or f"produce to {b.tp} failed"))
+                                                   or f"produce to {b.tp} failed"), node)
                 else:
                     self._finish(b, r.base_offset, r.log_append_time_ms, None)
         finally:
+            self._calls.discard(entry)
             self.in_flight[node] -= 1
             self.wake()
 
@@ -466,9 +533,11 @@ class ProducerCore:
                 response_deserializer=broker_pb2.ProduceResponse.FromString))
         return cached[1]
 
-    def _failed(self, batch: ProducerBatch, err: StromError) -> None:
+    def _failed(self, batch: ProducerBatch, err: StromError, node: int = -1) -> None:
         if batch.done:
             return  # acks=0: already resolved
+        batch.failed_leader = node
+        batch.last_error = err
         now = now_ms()
         retriable = err.retriable
         if batch.producer_id >= 0 and err.code in _RESTAMP_ERRORS:

@@ -14,7 +14,9 @@ timers, the in-memory broker sessions and the proposals):
 - Heartbeats (``heartbeat``, not logged in Raft) refresh a broker's session; a fenced broker
   whose heartbeat shows it has applied the metadata log up to its own registration is unfenced.
 - An unfenced broker without a heartbeat for ``session_timeout_ms`` is fenced, with its
-  leaderships moved and its ISR memberships dropped, in one ``Batch``.
+  leaderships moved and its ISR memberships dropped, in one ``Batch``; so is one whose heartbeat
+  is ``probe_after_ms`` late and whose port refuses connections (``liveness``: the process is
+  gone, so waiting out the session would only prolong the outage).
 - A broker asking for controlled shutdown loses its leaderships and ISR memberships while it is
   still up; once it leads nothing another live replica could lead, it is told so and fenced.
 - Leaderless partitions get a leader (unclean only if the topic allows it), reassignments whose
@@ -33,8 +35,9 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from strom.controller.decisions import (
     controlled_shutdown_changes,
@@ -46,11 +49,13 @@ from strom.controller.decisions import (
     shutdown_ready,
 )
 from strom.controller.driver import NotControllerError, QuorumDriver
+from strom.controller.liveness import connection_refused
 from strom.controller.metadata import (
     NO_LEADER,
     Batch,
     ChangePartition,
     Command,
+    Endpoint,
     MetadataError,
     MetadataImage,
     SetClusterId,
@@ -85,6 +90,9 @@ class ControllerSettings:
     propose_timeout_s: float = 5.0
     ready_wait_s: float = 2.0
     """How long a heartbeat waits for a new leader to catch up before REQUEST_TIMED_OUT."""
+    probe_after_ms: int = 1000
+    """A heartbeat this late makes the controller probe the broker's port; a refused
+    connection fences it at once (``liveness``). 0 turns the probe off."""
 
 
 @dataclass(frozen=True)
@@ -104,8 +112,15 @@ class ActiveController:
         settings: ControllerSettings,
         *,
         clock: Callable[[], float] = time.monotonic,
+        probe: Callable[[str, int], Coroutine[Any, Any, bool]] = connection_refused,
     ) -> None:
         self._driver = driver
+        self._probe = probe
+        self._probes: dict[int, tuple[float, asyncio.Task[bool]]] = {}
+        """Broker id -> (its session's last heartbeat when the probe began, the probe)."""
+        self._probe_now: set[int] = set()
+        """Brokers to probe without waiting for a late heartbeat: every broker when this node
+        becomes the active controller (the one that died may have been the old controller)."""
         self._settings = settings
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
@@ -134,6 +149,7 @@ class ActiveController:
         if self._task is not None:
             await cancel_and_wait([self._task])
             self._task = None
+        self._cancel_probes()
 
     @property
     def active(self) -> bool:
@@ -236,6 +252,7 @@ class ActiveController:
             self._term, self._ready, self._ready_index = node.term, False, node.last_index
             self._sessions.clear()
             self._shutting_down.clear()
+            self._cancel_probes()
         if not self._ready:
             if min(node.last_applied, self._driver.image.offset) < self._ready_index:
                 return
@@ -255,6 +272,7 @@ class ActiveController:
         for b in self._driver.image.brokers.values():
             if not b.fenced:
                 self._sessions[b.broker_id] = now
+                self._probe_now.add(b.broker_id)
         self._last_rebalance = now
         self._ready = True
         log.info(
@@ -268,21 +286,60 @@ class ActiveController:
         timeout_s = self._settings.session_timeout_ms / 1000
         for b in sorted(self._driver.image.brokers.values(), key=lambda b: b.broker_id):
             if b.fenced:
+                self._forget_probe(b.broker_id)
                 continue
             last = self._sessions.setdefault(b.broker_id, now)
             if now - last <= timeout_s:
-                continue
+                if not self._refused(b.broker_id, b.endpoints, last, now):
+                    continue
+                why = (f"its heartbeat is {int((now - last) * 1000)} ms late and its address "
+                       f"refuses connections (the process is gone)")
+            else:
+                why = (f"no heartbeat for {int((now - last) * 1000)} ms (session timeout "
+                       f"{self._settings.session_timeout_ms} ms)")
+            self._forget_probe(b.broker_id)
             image = self._driver.image
             commands = fence_changes(image, b.broker_id)
-            log.info(
-                "fencing broker %d: no heartbeat for %d ms (session timeout %d ms); "
-                "%d partition changes",
-                b.broker_id,
-                int((now - last) * 1000),
-                self._settings.session_timeout_ms,
-                len(commands) - 1,
-            )
+            log.info("fencing broker %d: %s; %d partition changes", b.broker_id, why,
+                     len(commands) - 1)
             await self._propose_all(commands)
+
+    def _refused(self, broker_id: int, endpoints: Sequence[Endpoint], last: float,
+                 now: float) -> bool:
+        """Probe a broker whose heartbeat is late; True once a probe begun after its last
+        heartbeat found its port refusing connections. Never waits: one probe at a time runs
+        in the background and is read on a later tick."""
+        after_s = self._settings.probe_after_ms / 1000
+        due = now - last > after_s or broker_id in self._probe_now
+        if not after_s or not due or not endpoints:
+            self._forget_probe(broker_id)
+            return False
+        running = self._probes.get(broker_id)
+        if running is not None and running[0] != last:  # it heart-beat meanwhile
+            self._forget_probe(broker_id)
+            running = None
+        if running is None:
+            endpoint = endpoints[0]
+            task = asyncio.create_task(self._probe(endpoint.host, endpoint.port),
+                                       name=f"probe-broker-{broker_id}")
+            self._probes[broker_id] = (last, task)
+            return False
+        task = running[1]
+        if not task.done():
+            return False
+        del self._probes[broker_id]
+        self._probe_now.discard(broker_id)
+        return not task.cancelled() and task.exception() is None and task.result()
+
+    def _forget_probe(self, broker_id: int) -> None:
+        running = self._probes.pop(broker_id, None)
+        if running is not None:
+            running[1].cancel()
+
+    def _cancel_probes(self) -> None:
+        for broker_id in list(self._probes):
+            self._forget_probe(broker_id)
+        self._probe_now.clear()
 
     async def _controlled_shutdowns(self) -> None:
         for broker_id, incarnation in sorted(self._shutting_down.items()):

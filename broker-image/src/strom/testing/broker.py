@@ -82,8 +82,10 @@ class BrokerProcess:
                  config: Mapping[str, object] | None = None, port: int | None = None,
                  metrics_port: int | None = None, kafka_port: int | None = None,
                  startup_timeout: float = STARTUP_TIMEOUT_S,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, netns: str | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.netns = netns
+        """Run inside this network namespace (``ip netns exec``); see ``strom.testing.netns``."""
         self.broker_id = broker_id
         self.port = port or free_port()
         self.metrics_port = metrics_port or free_port()
@@ -100,6 +102,8 @@ class BrokerProcess:
         }
         if config:
             self.config.update({k: _str(v) for k, v in config.items()})
+            if "listeners" not in config and self.config["host"] != "127.0.0.1":
+                self.config["listeners"] = f"PLAINTEXT://{self.config['host']}:{self.kafka_port}"
         # explicit port settings win; keep the attributes in step with what the child uses
         self.port = int(self.config["port"])
         self.metrics_port = int(self.config["metrics.port"])
@@ -115,25 +119,30 @@ class BrokerProcess:
     # -- addresses ----------------------------------------------------------------------------
 
     @property
+    def host(self) -> str:
+        """The address it binds (127.0.0.1 unless it runs in a network namespace)."""
+        return self.config["host"]
+
+    @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def kafka_bootstrap(self) -> str:
         """The Kafka-protocol listener's address (``bootstrap.servers`` of Kafka clients)."""
-        return f"127.0.0.1:{self.kafka_port}"
+        return f"{self.host}:{self.kafka_port}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        return f"http://{self.host}:{self.metrics_port}/metrics"
 
     @property
     def health_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/healthz"
+        return f"http://{self.host}:{self.metrics_port}/healthz"
 
     @property
     def ready_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/readyz"
+        return f"http://{self.host}:{self.metrics_port}/readyz"
 
     @property
     def log_dir(self) -> Path:
@@ -153,7 +162,9 @@ class BrokerProcess:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "strom.broker"]
+        # ``ip netns exec`` execs the command in place, so the pid stays the broker's
+        cmd = ["ip", "netns", "exec", self.netns] if self.netns else []
+        cmd += [sys.executable, "-m", "strom.broker"]
         for key, value in self.config.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd

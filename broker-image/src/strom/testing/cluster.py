@@ -101,7 +101,11 @@ class Cluster:
                  voters: int | Sequence[int] | None = None,
                  config: Mapping[str, object] | None = None,
                  startup_timeout: float = STARTUP_TIMEOUT_S,
-                 register_timeout: float = REGISTER_TIMEOUT_S) -> None:
+                 register_timeout: float = REGISTER_TIMEOUT_S,
+                 hosts: Mapping[int, str] | None = None,
+                 netns: Mapping[int, str] | None = None) -> None:
+        """``hosts`` / ``netns``: per broker id, the address it binds and the network namespace
+        it runs in (default 127.0.0.1, none); ``strom.testing.netns`` sets both."""
         ids = list(range(brokers)) if isinstance(brokers, int) else list(brokers)
         if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
             raise ValueError(f"brokers={brokers!r}: give a count >= 1 or distinct ids >= 0")
@@ -113,18 +117,22 @@ class Cluster:
         grpc_ports = dict(zip(ids, ports[:n], strict=True))
         metrics_ports = dict(zip(ids, ports[n:2 * n], strict=True))
         kafka_ports = dict(zip(ids, ports[2 * n:], strict=True))
+        host_of = {bid: (hosts or {}).get(bid, HOST) for bid in ids}
         settings: dict[str, str] = {
             **CLUSTER_TEST_DEFAULTS,
-            "controller.quorum.voters": voters_string(
-                {v: grpc_ports[v] for v in self.voter_ids}),
+            "controller.quorum.voters": ",".join(
+                f"{v}@{host_of[v]}:{grpc_ports[v]}" for v in sorted(self.voter_ids)),
             "default.replication.factor": str(min(len(ids), 3)),
         }
         settings.update({k: config_value(v) for k, v in (config or {}).items()})
         self.config = settings
         self.brokers: dict[int, BrokerProcess] = {
-            bid: BrokerProcess(self.root, broker_id=bid, config=settings,
+            bid: BrokerProcess(self.root, broker_id=bid,
+                               config={**settings, "host": host_of[bid]}
+                               if host_of[bid] != HOST else settings,
                                port=grpc_ports[bid], metrics_port=metrics_ports[bid],
-                               kafka_port=kafka_ports[bid], startup_timeout=startup_timeout)
+                               kafka_port=kafka_ports[bid], startup_timeout=startup_timeout,
+                               netns=(netns or {}).get(bid))
             for bid in ids}
         self._admins: list[Admin] = []
         self._channels: dict[str, grpc.Channel] = {}

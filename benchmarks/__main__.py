@@ -188,7 +188,8 @@ def run_failover(params: dict[str, Any], results: list[Result]) -> None:
     time until writes resume, median and max over several runs of each."""
     from benchmarks import failover
 
-    labels = {"kill": "kill -9", "stop": "SIGSTOP", "partition": "netns partition"}
+    labels = {"kill": "kill -9", "kill-controller": "kill -9 (leader + controller)",
+              "stop": "SIGSTOP", "partition": "netns partition"}
     with tempfile.TemporaryDirectory(prefix="strom-bench-failover-") as tmp:
         found = failover.run_faults(Path(tmp), tuple(params["failover_faults"]),
                                     int(params["failovers"]), _progress)
@@ -258,7 +259,8 @@ PROFILES: dict[str, dict[str, Any]] = {
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
              "records_replicated": 300_000, "records_replicated_1k": 300_000,
-             "failovers": 7, "failover_faults": ("kill", "stop", "partition"), "repeats": 3,
+             "failovers": 7, "failover_faults": ("kill", "kill-controller", "stop",
+                                                 "partition"), "repeats": 3,
              "group_sizes": (1, 10, 50), "group_rebalance_repeats": 3,
              "group_records": 500_000, "group_members": 4},
 }

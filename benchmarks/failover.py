@@ -11,7 +11,10 @@ Faults:
 - ``kill``: ``kill -9`` of the leader (its sockets close at once);
 - ``stop``: ``SIGSTOP`` of the leader (sockets open, nothing answers: a hung process);
 - ``partition``: the leader's network namespace loses its link (no packet in or out), so it
-  needs ``strom.testing.netns`` (root, ``ip``); skipped with a reason otherwise.
+  needs ``strom.testing.netns`` (root, ``ip``); skipped with a reason otherwise;
+- ``kill-controller``: ``kill -9`` of a leader that is also the active controller (leadership
+  is moved to the controller first): the quorum must elect a new controller before anyone can
+  fence the dead broker. In the other runs the victim is whichever broker leads.
 
 Besides the total, each run records when a surviving broker's metadata first showed another
 leader (fencing + election + propagation), so the rest is the client's share.
@@ -34,7 +37,7 @@ from strom.testing import Cluster, running_cluster
 from strom.testing.cluster import CLUSTER_TEST_DEFAULTS
 
 TOPIC = "failover"
-FAULTS = ("kill", "stop", "partition")
+FAULTS = ("kill", "kill-controller", "stop", "partition")
 #: Longest a run waits for writes to resume before it records the cap.
 RESUME_CAP_S = 90.0
 
@@ -103,9 +106,24 @@ class Writer:
         return min(times) if times else None
 
 
+def _lead_from_the_controller(cluster: Cluster) -> None:
+    """Make the active controller the partition's preferred replica and leader."""
+    controller = cluster.controller_id()
+    if cluster.leader_of(TOPIC, 0) == controller:
+        return
+    order = [controller] + [b for b in sorted(cluster.brokers) if b != controller]
+    with Admin(cluster.bootstrap) as admin:
+        admin.alter_partition_reassignments({(TOPIC, 0): order})
+        cluster.wait_reassignments_done([TOPIC], timeout=60)
+        cluster.wait_until(
+            lambda: admin.elect_leaders([(TOPIC, 0)], raise_on_error=False) is not None
+            and cluster.leader_of(TOPIC, 0) == controller, timeout=60,
+            what=f"broker {controller} (the controller) to lead {TOPIC}-0")
+
+
 @contextmanager
 def _fault(cluster: Cluster, fault: str, victim: int, hooks: Any) -> Iterator[None]:
-    if fault == "kill":
+    if fault in ("kill", "kill-controller"):
         cluster.kill(victim)
         try:
             yield
@@ -139,6 +157,8 @@ def measure(cluster: Cluster, fault: str, runs: int, progress: Callable[[str], N
                            what="the writer's first acknowledgement")
         for k in range(runs):
             time.sleep(1.0)
+            if fault == "kill-controller":
+                _lead_from_the_controller(cluster)
             victim = cluster.wait_for_leader(TOPIC, 0, timeout=60)
             controller = cluster.controller_id()
             others = [b for b in cluster.brokers if b != victim]

@@ -417,14 +417,24 @@ async def test_quorum_client_follows_the_leader_through_failover(
         assert view.role == "leader" and view.term > term
 
 
+@pytest.fixture
+def listening_port() -> Iterator[int]:
+    """A port that accepts connections, as a live broker's does: the controller's liveness
+    probe finds it open, so only the session timeout fences a silent simulated broker."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
 async def test_broker_heartbeats_reach_the_active_controller_through_failover(
-    quorum: Callable[..., Quorum],
+    quorum: Callable[..., Quorum], listening_port: int,
 ) -> None:
     session_ms = 1500
     q = quorum(3, extra_args=("--session-timeout-ms", str(session_ms), "--cluster-id", "c-1"))
     leader, _ = q.wait_for_leader(ALL)
     voters = {i: n.address for i, n in q.nodes.items()}
-    endpoint = Endpoint("PLAINTEXT", "127.0.0.1", 9092)
+    endpoint = Endpoint("PLAINTEXT", "127.0.0.1", listening_port)
     async with QuorumClient(voters) as client:
         client.leader = next(i for i in ALL if i != leader)  # a stale guess: it must follow
         epochs = {}

@@ -27,12 +27,15 @@ def test_up_status_down(strom: Any, data_dir: Path, dev_pids: Any) -> None:
     assert (data_dir / "broker-0" / "broker.log").stat().st_size > 0
     assert (data_dir / "broker-0" / "broker.pid").read_text().strip() == str(broker["pid"])
     assert "ready" in r.stderr
+    kafka = f"127.0.0.1:{broker['kafka_port']}"
+    assert f"kafka {kafka}" in r.stderr  # each broker's Kafka-protocol address is printed
 
     r = strom("dev", "status", "--data-dir", str(data_dir), "-o", "json")
     assert r.returncode == 0, r.stderr
     status = json.loads(r.stdout)
     assert status["bootstrap"] == bootstrap
     assert status["brokers"][0]["alive"] and status["brokers"][0]["ready"]
+    assert status["kafka_bootstrap"] == kafka and status["brokers"][0]["kafka"] == kafka
 
     r = strom("dev", "status", "--data-dir", str(data_dir))
     assert r.returncode == 0

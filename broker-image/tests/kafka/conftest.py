@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import itertools
+import socket
+import struct
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.serial import entity_reader, entity_writer
 
 from strom.client import Admin
 from strom.testing import BrokerProcess, running_broker
@@ -36,3 +42,19 @@ def new_topic(broker: BrokerProcess, partitions: int = 1, rf: int = 1) -> str:
     with Admin(broker.bootstrap) as admin:
         admin.create_topic(name, partitions=partitions, replication_factor=rf)
     return name
+
+
+def kafka_call(port: int, api_key: int, version: int, body: Any, response: Any) -> Any:
+    """One raw request over a new connection (flexible versions: header v2 / response v1)."""
+    buffer = io.BytesIO()
+    entity_writer(RequestHeader)(buffer, RequestHeader(
+        request_api_key=api_key, request_api_version=version, correlation_id=1,
+        client_id="raw"))
+    entity_writer(type(body))(buffer, body)
+    data = buffer.getvalue()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(struct.pack(">i", len(data)) + data)
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        frame = s.recv(size, socket.MSG_WAITALL)
+    value, _ = entity_reader(response)(frame, 5)  # correlation id + empty tagged fields
+    return value

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from strom.testing import running_cluster
+from strom.testing import Cluster, running_cluster
+
+from .conftest import kafka_call
 
 pytestmark = pytest.mark.integration
 
@@ -44,3 +46,45 @@ def test_three_brokers_rf3_produce_all_and_consume_through_the_kafka_listener(
                 values.add(m.value())
         c.close()
         assert values == {b"o%d" % i for i in range(600)}
+        _reorder_replicas_and_elect_the_new_preferred_leader(cluster)
+
+
+def _reorder_replicas_and_elect_the_new_preferred_leader(cluster: Cluster) -> None:
+    """AlterPartitionReassignments, ListPartitionReassignments and ElectLeaders over the Kafka
+    listener: partition 0's replica order changes, and a preferred election moves its leader."""
+    from kio.schema.alter_partition_reassignments.v0 import request as apr_req
+    from kio.schema.alter_partition_reassignments.v0 import response as apr_resp
+    from kio.schema.elect_leaders.v2 import request as el_req
+    from kio.schema.elect_leaders.v2 import response as el_resp
+    from kio.schema.list_partition_reassignments.v0 import request as lpr_req
+    from kio.schema.list_partition_reassignments.v0 import response as lpr_resp
+
+    port = next(iter(cluster.brokers.values())).kafka_port
+    meta = Producer({"bootstrap.servers": cluster.kafka_bootstrap}).list_topics("orders", 20)
+    replicas = list(meta.topics["orders"].partitions[0].replicas)
+    target = replicas[1:] + replicas[:1]  # same set, another preferred leader
+    moved = kafka_call(port, 45, 0, apr_req.AlterPartitionReassignmentsRequest(topics=(
+        apr_req.ReassignableTopic(name="orders", partitions=(
+            apr_req.ReassignablePartition(partition_index=0, replicas=tuple(target)),)),)),
+        apr_resp.AlterPartitionReassignmentsResponse)
+    assert [int(p.error_code) for t in moved.responses for p in t.partitions] == [0]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ongoing = kafka_call(port, 46, 0, lpr_req.ListPartitionReassignmentsRequest(topics=None),
+                             lpr_resp.ListPartitionReassignmentsResponse)
+        if not ongoing.topics:
+            break
+        time.sleep(0.2)
+    assert not ongoing.topics
+    leader = -1
+    while time.monotonic() < deadline and leader != target[0]:
+        elected = kafka_call(port, 43, 2, el_req.ElectLeadersRequest(
+            election_type=0, topic_partitions=(
+                el_req.TopicPartitions(topic="orders", partitions=(0,)),)),
+            el_resp.ElectLeadersResponse)
+        assert int(elected.error_code) == 0
+        meta = Producer({"bootstrap.servers": cluster.kafka_bootstrap}).list_topics("orders", 20)
+        leader = meta.topics["orders"].partitions[0].leader
+        time.sleep(0.2)
+    assert list(meta.topics["orders"].partitions[0].replicas) == target
+    assert leader == target[0]

@@ -3,9 +3,6 @@ OffsetForLeaderEpoch (KIP-320 position validation) and DescribeTopicPartitions p
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 from typing import Any
 
 import pytest
@@ -14,29 +11,16 @@ from kio.schema.describe_topic_partitions.v0 import request as dtp_req
 from kio.schema.describe_topic_partitions.v0 import response as dtp_resp
 from kio.schema.offset_for_leader_epoch.v4 import request as ofle_req
 from kio.schema.offset_for_leader_epoch.v4 import response as ofle_resp
-from kio.schema.request_header.v2.header import RequestHeader
-from kio.serial import entity_reader, entity_writer
 
 from strom.testing import BrokerProcess
 
-from .conftest import new_topic
+from .conftest import kafka_call, new_topic
 
 pytestmark = pytest.mark.integration
 
 
 def _call(broker: BrokerProcess, api_key: int, version: int, body: Any, response: Any) -> Any:
-    buffer = io.BytesIO()
-    entity_writer(RequestHeader)(buffer, RequestHeader(
-        request_api_key=api_key, request_api_version=version, correlation_id=1,
-        client_id="raw"))
-    entity_writer(type(body))(buffer, body)
-    data = buffer.getvalue()
-    with socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=10) as s:
-        s.sendall(struct.pack(">i", len(data)) + data)
-        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
-        frame = s.recv(size, socket.MSG_WAITALL)
-    value, _ = entity_reader(response)(frame, 5)  # correlation id + empty tagged fields
-    return value
+    return kafka_call(broker.kafka_port, api_key, version, body, response)
 
 
 def test_offset_for_leader_epoch_answers_the_end_of_the_epoch(broker: BrokerProcess) -> None:

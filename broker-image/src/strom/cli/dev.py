@@ -164,6 +164,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     data = {
         "data_dir": state.data_dir,
         "bootstrap": state.bootstrap,
+        "kafka_bootstrap": state.kafka_bootstrap,
         "controller_id": None if view is None else view.controller_id,
         "voters": state.voters,
         "brokers": brokers,
@@ -172,9 +173,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     table = (
         f"Data dir: {state.data_dir}  Bootstrap: {state.bootstrap}  Controller: {controller}\n"
         + format_table(
-            ("BROKER", "PID", "ADDRESS", "METRICS", "ALIVE", "READY", "VOTER", "FENCED", "LOG"),
-            [[b["broker_id"], b["pid"], b["address"], b["metrics_port"], b["alive"], b["ready"],
-              b["voter"], b["fenced"], b["log_file"]] for b in brokers],
+            ("BROKER", "PID", "ADDRESS", "KAFKA", "METRICS", "ALIVE", "READY", "VOTER", "FENCED",
+             "LOG"),
+            [[b["broker_id"], b["pid"], b["address"], b["kafka"] or "-", b["metrics_port"],
+              b["alive"], b["ready"], b["voter"], b["fenced"], b["log_file"]] for b in brokers],
         )
     )
     print(render(data, args.output, table))

@@ -461,8 +461,9 @@ def start_cluster(
             Path(spec.dir).mkdir(parents=True, exist_ok=True)
             proc = spawn_broker(spec, state.overrides, state.cluster_config)
             processes.append(proc)
+            kafka = f"kafka {spec.kafka_address}, " if spec.kafka_port else ""
             progress(f"started broker {spec.broker_id} (pid {proc.pid}) on {spec.address}, "
-                     f"metrics on :{spec.metrics_port}, log {spec.log_file}")
+                     f"{kafka}metrics on :{spec.metrics_port}, log {spec.log_file}")
         save_state(state)
         start = time.monotonic()
         wait_ready(state, processes, timeout, progress)
@@ -567,6 +568,8 @@ class BrokerStatus:
     ready: bool
     log_file: str
     voter: bool = False
+    kafka: str = ""
+    """The Kafka-protocol listener's address ("" in records written before it existed)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -582,6 +585,7 @@ def cluster_status(state: ClusterState) -> list[BrokerStatus]:
             ready=alive and probe_ready(spec), log_file=str(spec.log_file),
             # records older than the voters of one-broker clusters say []: its own voter
             voter=spec.broker_id in (state.voters or [0]),
+            kafka=spec.kafka_address if spec.kafka_port else "",
         ))
     return out
 

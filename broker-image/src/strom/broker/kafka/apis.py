@@ -12,6 +12,7 @@ from typing import Any
 
 from strom.broker.kafka import (
     alter_configs,
+    alter_partition_reassignments,
     api_versions,
     create_partitions,
     create_topics,
@@ -21,6 +22,7 @@ from strom.broker.kafka import (
     describe_configs,
     describe_groups,
     describe_topic_partitions,
+    elect_leaders,
     fetch,
     find_coordinator,
     heartbeat,
@@ -30,6 +32,7 @@ from strom.broker.kafka import (
     leave_group,
     list_groups,
     list_offsets,
+    list_partition_reassignments,
     metadata,
     offset_commit,
     offset_fetch,
@@ -84,6 +87,11 @@ APIS: dict[int, Api] = {
             describe_cluster.handle),
         Api(describe_topic_partitions.KEY, "DescribeTopicPartitions",
             describe_topic_partitions.VERSIONS, describe_topic_partitions.handle),
+        Api(elect_leaders.KEY, "ElectLeaders", elect_leaders.VERSIONS, elect_leaders.handle),
+        Api(alter_partition_reassignments.KEY, "AlterPartitionReassignments",
+            alter_partition_reassignments.VERSIONS, alter_partition_reassignments.handle),
+        Api(list_partition_reassignments.KEY, "ListPartitionReassignments",
+            list_partition_reassignments.VERSIONS, list_partition_reassignments.handle),
         Api(offset_for_leader_epoch.KEY, "OffsetForLeaderEpoch", offset_for_leader_epoch.VERSIONS,
             offset_for_leader_epoch.handle),
     )

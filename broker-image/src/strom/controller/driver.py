@@ -61,12 +61,14 @@ from strom.controller.raft import (
 from strom.controller.raftlog import RaftLog, persist
 from strom.controller.transport import Transport
 from strom.protocol.errors import ErrorCode, StromError
+from strom.ratelimit import RateLimitedLog
 from strom.shutdown import cancel_and_wait
 from strom.supervision import spawn
 
 __all__ = ["NotControllerError", "QuorumDriver", "QuorumStatus"]
 
 log = logging.getLogger("strom.controller")
+_undecodable = RateLimitedLog(log)
 
 _REPLY_TYPE: dict[type, type] = {
     VoteRequest: VoteResponse,
@@ -336,7 +338,8 @@ class QuorumDriver:
                 except MetadataError as exc:
                     error = exc
                 except Exception as exc:  # an undecodable command: every node skips it alike
-                    log.warning("entry %d does not decode: %s", entry.index, exc)
+                    _undecodable.warning("undecodable", "entry %d does not decode: %s",
+                                         entry.index, exc)
                     self.image.offset = max(self.image.offset, entry.index)
                     error = StromError(ErrorCode.INVALID_REQUEST, f"bad command: {exc}")
             else:

@@ -13,7 +13,9 @@ import enum
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from aiokafka.codec import snappy_decode
 from aiokafka.record.default_records import (
     DefaultRecordBatch,
     DefaultRecordBatchBuilder,
@@ -314,6 +316,32 @@ class RecordTaker:
         if not out and self.error is not None:
             raise self.error
         return out
+
+
+class RawRecord(Protocol):
+    """One record as the compiled codec decodes it (no copy into :class:`Record`)."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+
+def raw_records(batch_bytes: bytes) -> Iterator[RawRecord]:
+    """The records of one whole batch (``batch_bytes`` is exactly one), decompressed with the
+    codec its attributes name; iterating raises on bytes that are not the records the header
+    declares (the codec checks lengths, counts and leftover bytes)."""
+    return iter(DefaultRecordBatch(batch_bytes))
+
+
+def snappy_decompress(payload: bytes | memoryview) -> bytes:
+    """Kafka's snappy payload (xerial framing, as Java clients write it, or a raw block)."""
+    out: bytes = snappy_decode(payload)
+    return out
 
 
 def decode_key_values(batch_bytes: bytes) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:

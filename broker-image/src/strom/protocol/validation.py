@@ -42,8 +42,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import cramjam
-from aiokafka.codec import snappy_decode
-from aiokafka.record.default_records import DefaultRecordBatch
 
 from strom.protocol.batch import (
     ATTR_COMPRESSION_MASK,
@@ -55,6 +53,7 @@ from strom.protocol.batch import (
     BatchHeader,
 )
 from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.records import raw_records, snappy_decompress
 
 MAX_CODEC = 4  # zstd: Kafka's highest compression id
 SNAPPY = 2
@@ -109,9 +108,9 @@ def _validate_batch(view: memoryview, h: BatchHeader, policy: RecordPolicy, now_
     codec = attributes & ATTR_COMPRESSION_MASK
     try:
         if codec:
-            batch = DefaultRecordBatch(_decompressed(view, h, codec, policy, where))
+            batch = raw_records(_decompressed(view, h, codec, policy, where))
         else:
-            batch = DefaultRecordBatch(bytes(view[h.position:h.position + h.size]))
+            batch = raw_records(bytes(view[h.position:h.position + h.size]))
         # one pass over the compiled codec's records; a plain loop with bound appends measured
         # fastest (0.23 us/record at 100 B, against 0.35 for a comprehension with a side list)
         offsets: list[int] = []
@@ -165,7 +164,7 @@ def _decompressed(view: memoryview, h: BatchHeader, codec: int, policy: RecordPo
     cap = policy.max_decompressed_bytes
     records: bytes
     if codec == SNAPPY:  # at most ~21x its input by the format (Kafka's xerial framing)
-        records = snappy_decode(payload)
+        records = snappy_decompress(payload)
         if len(records) > cap:
             raise _too_big(where, cap)
     else:

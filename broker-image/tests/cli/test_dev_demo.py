@@ -29,6 +29,7 @@ def test_demo_starts_a_cluster_verifies_20000_records_and_stops_it(
                   "--base-port", "0", timeout=240)
         assert r.returncode == 0, r.stderr
         assert "Demo OK: 20000 records" in r.stdout
+        assert "Kafka client OK: confluent-kafka produced 1000 records" in r.stdout
         assert "produce" in r.stdout and "consume" in r.stdout
         assert "strom consume demo --from-beginning --max-messages 5" in r.stdout
         assert "records/s" in r.stderr  # progress

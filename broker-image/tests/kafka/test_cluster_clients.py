@@ -88,3 +88,46 @@ def _reorder_replicas_and_elect_the_new_preferred_leader(cluster: Cluster) -> No
         time.sleep(0.2)
     assert list(meta.topics["orders"].partitions[0].replicas) == target
     assert leader == target[0]
+
+
+def test_idempotent_librdkafka_producer_survives_kill_9_of_the_leader(tmp_path: Path) -> None:
+    """Every acknowledged record is in the log exactly once and in send order after the
+    partition leader is killed with SIGKILL mid-stream (acks=all, min.insync.replicas=2)."""
+    with running_cluster(tmp_path, brokers=3) as cluster, cluster.admin() as admin:
+        admin.create_topic("ledger", partitions=1, replication_factor=3,
+                           configs={"min.insync.replicas": "2"})
+        cluster.wait_for_isr("ledger", 0, 3)
+        acked: list[int] = []
+        failed: list[object] = []
+
+        def on_delivery(err: object, msg: object) -> None:
+            if err is not None:
+                failed.append(err)
+            else:
+                acked.append(int(msg.value()))  # type: ignore[attr-defined]
+
+        p = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "enable.idempotence": True,
+                      "acks": "all", "linger.ms": 2, "message.timeout.ms": 60000,
+                      "retry.backoff.ms": 100})
+        leader = cluster.leader_of("ledger", 0)
+        for i in range(3000):
+            p.produce("ledger", value=b"%d" % i, on_delivery=on_delivery)
+            p.poll(0)
+            if i == 1000:
+                p.flush(30)
+                cluster.kill(leader)
+        assert p.flush(90) == 0
+        assert failed == []
+        assert acked == list(range(3000))  # acknowledged in send order
+        survivor = next(b for bid, b in cluster.brokers.items() if bid != leader)
+        c = Consumer({"bootstrap.servers": survivor.kafka_bootstrap, "group.id": "audit",
+                      "enable.auto.commit": False})
+        c.assign([TopicPartition("ledger", 0, 0)])
+        values: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(values) < 3000 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                values.append(int(m.value()))
+        c.close()
+        assert values == list(range(3000))  # once each, in order, nothing lost

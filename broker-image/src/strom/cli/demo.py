@@ -7,7 +7,10 @@
 3. ``--records`` keyed records produced, with progress and throughput;
 4. all of them consumed back and verified: per partition, each record sits at the offset its
    acknowledgement gave, with the key and value sent, in send order, none missing or extra;
-5. a summary table, and how to use the cluster further.
+5. a real Kafka client (confluent-kafka, when installed) creates topic ``demo-kafka``, produces
+   1000 records through the brokers' Kafka listener and reads them back at their offsets
+   (skipped with ``--bootstrap-server``, where the Kafka address is not known);
+6. a summary table, and how to use the cluster further.
 
 Records of earlier runs stay in the topic; the demo checks the offset range this run wrote
 (from each partition's end offset before producing to its end offset after).
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from strom.cli import localcluster as lc
+from strom.cli.demo_kafka import KAFKA_TOPIC, kafka_client_step
 from strom.cli.errors import CliError, UsageError
 from strom.cli.invocation import strom_invocation
 from strom.cli.output import format_table
@@ -32,6 +36,7 @@ from strom.cli.parsing import parse_bootstrap
 from strom.protocol.errors import ErrorCode, StromError
 
 TOPIC = "demo"
+KAFKA_RECORDS = 1000
 SEQ_DIGITS = 10
 
 
@@ -211,10 +216,11 @@ def note(message: str) -> None:
 
 
 @contextlib.contextmanager
-def demo_cluster(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
-    """Yield (bootstrap, how it was found); stop what was started unless --keep-running."""
+def demo_cluster(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
+    """Yield (bootstrap, how it was found, Kafka-listener bootstrap or ""); stop what was
+    started unless --keep-running."""
     if args.bootstrap_server is not None:
-        yield parse_bootstrap(args.bootstrap_server), "given"
+        yield parse_bootstrap(args.bootstrap_server), "given", ""
         return
     data_dir: Path = args.data_dir
     with lc.locked(data_dir):
@@ -229,7 +235,7 @@ def demo_cluster(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             note(f"cluster ready in {took:.1f} s")
             started = True
     try:
-        yield state.bootstrap, "started" if started else "reused"
+        yield state.bootstrap, "started" if started else "reused", state.kafka_bootstrap
     finally:
         if started and not args.keep_running:
             with lc.locked(data_dir):
@@ -363,7 +369,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--keys {args.keys} must be at least 1")
     from strom.client import Admin, TopicPartition
 
-    with demo_cluster(args) as (bootstrap, how):
+    with demo_cluster(args) as (bootstrap, how, kafka_bootstrap):
         admin = Admin(bootstrap)
         try:
             partitions = ensure_topic(admin, args.topic, args.partitions)
@@ -380,8 +386,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
         verifier = Verifier(placed, args.keys)
         consumed = consume_phase(bootstrap, args.topic, before, after, verifier, args.timeout)
         per_partition = {p: (before[p], after[p], after[p] - before[p]) for p in partitions}
+        kafka = None
+        if kafka_bootstrap:
+            note(f"a Kafka client (confluent-kafka) at {kafka_bootstrap}: produce and consume "
+                 f"{KAFKA_RECORDS} records on {KAFKA_TOPIC}")
+            kafka = kafka_client_step(kafka_bootstrap, KAFKA_RECORDS, note, args.timeout)
         print(f"Demo OK: {args.records} records produced to {args.topic!r} and read back "
-              "in order, every one at its acknowledged offset.\n")
+              "in order, every one at its acknowledged offset.")
+        if kafka is not None:
+            print(f"Kafka client OK: confluent-kafka produced {kafka.records} records to "
+                  f"{KAFKA_TOPIC!r} (idempotent, acks=all) and read them back at their "
+                  f"offsets through the Kafka listener ({kafka.seconds:.1f} s).")
+        print()
         print(summary_table(produced, consumed, per_partition))
         print()
         keep = how != "started" or args.keep_running
@@ -389,6 +405,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if keep:
             print(f"The cluster is running at {bootstrap}. Try:")
             print(f"  export STROM_BOOTSTRAP_SERVERS={bootstrap}")
+            if kafka_bootstrap:
+                print(f"  kcat -b {kafka_bootstrap} -t {KAFKA_TOPIC} -C -e   # Kafka clients")
             print(f"  {strom} consume {args.topic} --from-beginning --max-messages 5")
             print(f"  {strom} topic describe {args.topic}")
             print(f"  echo 'hello:world' | {strom} produce {args.topic} --key-separator :")

@@ -1,4 +1,4 @@
-"""GroupService over a real gRPC server (127.0.0.1, free port) in front of a started core."""
+"""The Group service table over a real gRPC server (127.0.0.1, free port) before a started core."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any
 import grpc
 import pytest
 
-from strom.broker.service import GroupService
+from strom.broker.service import group_methods
 from strom.protocol.errors import ErrorCode
+from strom.protocol.services import add_service
 from strom.protocol.v1 import group_pb2, group_pb2_grpc
 from strom.testing import free_port
 
@@ -17,8 +18,8 @@ from strom.testing import free_port
 @pytest.fixture
 async def stub(node: Any) -> AsyncIterator[group_pb2_grpc.GroupStub]:
     server = grpc.aio.server()
-    group_pb2_grpc.add_GroupServicer_to_server(  # type: ignore[no-untyped-call]
-        GroupService(node.core, node.groups), server)
+    add_service(server, group_pb2.DESCRIPTOR.services_by_name["Group"],
+                group_methods(node.core, node.groups))
     port = free_port()
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()

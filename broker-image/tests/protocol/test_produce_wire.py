@@ -34,5 +34,18 @@ def test_decode_reads_both_encoders(acks: int, timeout_ms: int,
 async def test_add_service_rejects_methods_the_service_does_not_have() -> None:
     server = grpc.aio.server()
     with pytest.raises(ValueError, match="no method"):
-        add_service(server, broker_pb2.DESCRIPTOR.services_by_name["Broker"], object(),
+        add_service(server, broker_pb2.DESCRIPTOR.services_by_name["Broker"], {},
                     deserializers={"Produc": decode_request})
+
+
+async def test_add_service_wants_a_handler_for_every_method() -> None:
+    """A method without a handler fails when the server is built, not at the first call."""
+    from strom.broker.service import BROKER, broker_methods
+
+    server = grpc.aio.server()
+    methods = broker_methods(object())  # type: ignore[arg-type]
+    assert set(methods) == set(BROKER) == set(
+        broker_pb2.DESCRIPTOR.services_by_name["Broker"].methods_by_name)
+    del methods["Fetch"]
+    with pytest.raises(ValueError, match=r"no handler for \['Fetch'\]"):
+        add_service(server, broker_pb2.DESCRIPTOR.services_by_name["Broker"], methods)

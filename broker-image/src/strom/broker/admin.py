@@ -2,8 +2,8 @@
 
 Every call answers per resource (partial success is normal, as in Kafka's admin API); the work is
 done by :class:`~strom.broker.topics.TopicManager`, these handlers only translate. The service
-runs each of them after a metadata barrier (``AdminService._call``), so a topic created through
-another broker a moment ago is known here.
+table (``strom.broker.service.ADMIN``) runs each of them after a metadata barrier, so a topic
+created through another broker a moment ago is known here.
 
 - CreateTopics: Kafka's name rules, partitions and replication factor (-1 = broker default),
   Kafka-named configs, ``validate_only``; at most ``max.partitions.per.request`` partitions per

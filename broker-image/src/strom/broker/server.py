@@ -38,23 +38,24 @@ from collections.abc import Callable
 
 import grpc
 
+from strom.broker import service
 from strom.broker.config import BrokerConfig, ConfigError
 from strom.broker.core import BrokerCore
 from strom.broker.health import HealthServer
 from strom.broker.kafka.listener import KafkaListener
 from strom.broker.listeners import GRPC_LISTENER
 from strom.broker.malloc_tuning import tune as tune_malloc
-from strom.broker.service import AdminService, BrokerService, GroupService, ReplicaService
 from strom.controller.metadata import Endpoint
 from strom.protocol import replica_fetch
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import decode_request as decode_produce_request
 from strom.protocol.services import add_service
 from strom.protocol.v1 import (
-    admin_pb2_grpc,
+    admin_pb2,
     broker_pb2,
-    group_pb2_grpc,
+    group_pb2,
     quorum_pb2_grpc,
+    replica_pb2,
 )
 from strom.request_guard import RequestGuard
 from strom.shutdown import cancel_and_wait, stop_on_signals
@@ -130,12 +131,15 @@ class BrokerServer:
             self.metrics_port = self._health.port
         await asyncio.to_thread(core.load)
         add_service(self._grpc, broker_pb2.DESCRIPTOR.services_by_name["Broker"],
-                    BrokerService(core), deserializers={"Produce": decode_produce_request})
-        admin_pb2_grpc.add_AdminServicer_to_server(  # type: ignore[no-untyped-call]
-            AdminService(core), self._grpc)
-        replica_fetch.add_to_server(self._grpc, ReplicaService(core))
-        group_pb2_grpc.add_GroupServicer_to_server(  # type: ignore[no-untyped-call]
-            GroupService(core, core.groups), self._grpc)
+                    service.broker_methods(core),
+                    deserializers={"Produce": decode_produce_request})
+        add_service(self._grpc, admin_pb2.DESCRIPTOR.services_by_name["Admin"],
+                    service.admin_methods(core))
+        add_service(self._grpc, replica_pb2.DESCRIPTOR.services_by_name["Replica"],
+                    service.replica_methods(core),
+                    serializers={"ReplicaFetch": replica_fetch.encode_response})
+        add_service(self._grpc, group_pb2.DESCRIPTOR.services_by_name["Group"],
+                    service.group_methods(core, core.groups))
         quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]
             core.link.service, self._grpc)
         await self._grpc.start()

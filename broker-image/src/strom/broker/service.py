@@ -1,4 +1,9 @@
-"""The gRPC servicers: route each RPC to its handler module, and own the cross-cutting parts.
+"""The gRPC front: a table per service from method name to handler module, and the parts every
+call shares.
+
+Each service is a table (method name -> the handler of its module, e.g. ``"Produce":
+produce.handle``) handed to :func:`strom.protocol.services.add_service`, so adding an RPC is one
+line and a method without a handler fails at start, not at the first call.
 
 Every call goes through :func:`call`, which counts it (requests, in-flight, duration, peers),
 turns a :class:`~strom.protocol.errors.StromError` raised by a handler into a failed call with the
@@ -25,17 +30,8 @@ from strom.broker.core import BrokerCore
 from strom.broker.listeners import GRPC_LISTENER
 from strom.broker.producer_ids import handle_init_producer_id
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.produce_wire import ProduceRequestLike
-from strom.protocol.replica_fetch import Answer
+from strom.protocol.services import Method
 from strom.protocol.status import to_grpc_status
-from strom.protocol.v1 import (
-    admin_pb2,
-    admin_pb2_grpc,
-    broker_pb2,
-    group_pb2,
-    group_pb2_grpc,
-    replica_pb2,
-)
 from strom.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -80,172 +76,89 @@ async def _abort(context: Context, err: StromError) -> NoReturn:
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-class BrokerService:
-    def __init__(self, core: BrokerCore) -> None:
-        self.core = core
-
-    async def Produce(self, request: ProduceRequestLike, context: Context
-                      ) -> broker_pb2.ProduceResponse:
-        return await call(self.core, "Produce", produce.handle, request, context)
-
-    async def Fetch(self, request: broker_pb2.FetchRequest, context: Context
-                    ) -> broker_pb2.FetchResponse:
-        return await call(self.core, "Fetch", fetch.handle, request, context)
-
-    async def ListOffsets(self, request: broker_pb2.ListOffsetsRequest, context: Context
-                          ) -> broker_pb2.ListOffsetsResponse:
-        return await call(self.core, "ListOffsets", offsets.handle, request, context)
-
-    async def Metadata(self, request: broker_pb2.MetadataRequest, context: Context
-                       ) -> broker_pb2.MetadataResponse:
-        return await call(self.core, "Metadata", metadata_rpc.handle, request, context)
-
-    async def InitProducerId(self, request: broker_pb2.InitProducerIdRequest, context: Context
-                             ) -> broker_pb2.InitProducerIdResponse:
-        return await call(self.core, "InitProducerId", handle_init_producer_id, request, context)
+Handler = Callable[[BrokerCore, Any], Awaitable[Any]]
 
 
-class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(self, core: BrokerCore) -> None:
-        self.core = core
+def _method(core: BrokerCore, api: str, handler: Handler) -> Method:
+    async def serve(request: Any, context: Context) -> Any:
+        return await call(core, api, handler, request, context)
 
-    async def _call(self, api: str, handler: Callable[[BrokerCore, Req], Awaitable[Resp]],
-                    request: Req, context: Context) -> Resp:
-        """Every admin answer reads after a metadata barrier (:meth:`ClusterLink.sync`): a topic
-        created or changed through another broker a moment ago is known here."""
-        async def synced(core: BrokerCore, req: Req) -> Resp:
-            await admin.metadata_barrier(core)
-            return await handler(core, req)
-
-        return await call(self.core, api, synced, request, context)
-
-    async def CreateTopics(self, request: admin_pb2.CreateTopicsRequest, context: Context
-                           ) -> admin_pb2.CreateTopicsResponse:
-        return await self._call("CreateTopics", admin.create_topics, request, context)
-
-    async def DeleteTopics(self, request: admin_pb2.DeleteTopicsRequest, context: Context
-                           ) -> admin_pb2.DeleteTopicsResponse:
-        return await self._call("DeleteTopics", admin.delete_topics, request, context)
-
-    async def DescribeTopics(self, request: admin_pb2.DescribeTopicsRequest, context: Context
-                             ) -> admin_pb2.DescribeTopicsResponse:
-        return await self._call("DescribeTopics", admin.describe_topics, request, context)
-
-    async def CreatePartitions(self, request: admin_pb2.CreatePartitionsRequest,
-                               context: Context) -> admin_pb2.CreatePartitionsResponse:
-        return await self._call("CreatePartitions", admin.create_partitions, request,
-                          context)
-
-    async def DescribeConfigs(self, request: admin_pb2.DescribeConfigsRequest, context: Context
-                              ) -> admin_pb2.DescribeConfigsResponse:
-        return await self._call("DescribeConfigs", admin.describe_configs, request,
-                          context)
-
-    async def AlterConfigs(self, request: admin_pb2.AlterConfigsRequest, context: Context
-                           ) -> admin_pb2.AlterConfigsResponse:
-        return await self._call("AlterConfigs", admin.alter_configs, request, context)
-
-    async def DescribeCluster(self, request: admin_pb2.DescribeClusterRequest, context: Context
-                              ) -> admin_pb2.DescribeClusterResponse:
-        return await self._call("DescribeCluster", admin.describe_cluster, request,
-                          context)
-
-    async def AlterPartitionReassignments(
-            self, request: admin_pb2.AlterPartitionReassignmentsRequest, context: Context
-    ) -> admin_pb2.AlterPartitionReassignmentsResponse:
-        return await self._call("AlterPartitionReassignments",
-                          admin.alter_partition_reassignments, request, context)
-
-    async def ListPartitionReassignments(
-            self, request: admin_pb2.ListPartitionReassignmentsRequest, context: Context
-    ) -> admin_pb2.ListPartitionReassignmentsResponse:
-        return await self._call("ListPartitionReassignments",
-                          admin.list_partition_reassignments, request, context)
-
-    async def ElectLeaders(self, request: admin_pb2.ElectLeadersRequest, context: Context
-                           ) -> admin_pb2.ElectLeadersResponse:
-        return await self._call("ElectLeaders", admin.elect_leaders, request, context)
-
-    async def UnregisterBroker(self, request: admin_pb2.UnregisterBrokerRequest, context: Context
-                               ) -> admin_pb2.UnregisterBrokerResponse:
-        return await self._call("UnregisterBroker", admin.unregister_broker, request,
-                          context)
+    return serve
 
 
-class ReplicaService:
-    """Follower fetches from other brokers (``strom.v1.Replica``), registered with
-    :func:`strom.protocol.replica_fetch.add_to_server` (records framed by hand)."""
+def _synced(handler: Handler) -> Handler:
+    """Every admin answer reads after a metadata barrier (:meth:`ClusterLink.sync`): a topic
+    created or changed through another broker a moment ago is known here."""
+    async def synced(core: BrokerCore, request: Any) -> Any:
+        await admin.metadata_barrier(core)
+        return await handler(core, request)
 
-    def __init__(self, core: BrokerCore) -> None:
-        self.core = core
-
-    async def ReplicaFetch(self, request: replica_pb2.ReplicaFetchRequest, context: Context
-                           ) -> list[Answer]:
-        return await call(self.core, "ReplicaFetch", replica_fetch.handle, request, context)
+    return synced
 
 
-class GroupService(group_pb2_grpc.GroupServicer):
-    """Consumer groups (``strom.v1.Group``), served by this broker's group coordinator."""
+def _bound(coordinator: GroupCoordinator,
+           handler: Callable[[GroupCoordinator, Any], Awaitable[Any]]) -> Handler:
+    async def bound(core: BrokerCore, request: Any) -> Any:
+        return await handler(coordinator, request)
 
-    def __init__(self, core: BrokerCore, coordinator: GroupCoordinator) -> None:
-        self.core = core
-        self.coordinator = coordinator
+    return bound
 
-    def _bind(self, handler: Callable[[GroupCoordinator, Req], Awaitable[Resp]]
-              ) -> Callable[[BrokerCore, Req], Awaitable[Resp]]:
-        coordinator = self.coordinator
 
-        async def bound(core: BrokerCore, request: Req) -> Resp:
-            return await handler(coordinator, request)
+#: ``strom.v1.Broker``: produce, fetch, offsets, metadata, producer ids.
+BROKER: dict[str, Handler] = {
+    "Produce": produce.handle,
+    "Fetch": fetch.handle,
+    "ListOffsets": offsets.handle,
+    "Metadata": metadata_rpc.handle,
+    "InitProducerId": handle_init_producer_id,
+}
 
-        return bound
+#: ``strom.v1.Admin``: each call after a metadata barrier.
+ADMIN: dict[str, Handler] = {
+    "CreateTopics": admin.create_topics,
+    "DeleteTopics": admin.delete_topics,
+    "DescribeTopics": admin.describe_topics,
+    "CreatePartitions": admin.create_partitions,
+    "DescribeConfigs": admin.describe_configs,
+    "AlterConfigs": admin.alter_configs,
+    "DescribeCluster": admin.describe_cluster,
+    "AlterPartitionReassignments": admin.alter_partition_reassignments,
+    "ListPartitionReassignments": admin.list_partition_reassignments,
+    "ElectLeaders": admin.elect_leaders,
+    "UnregisterBroker": admin.unregister_broker,
+}
 
-    async def FindCoordinator(self, request: group_pb2.FindCoordinatorRequest,
-                              context: Context) -> group_pb2.FindCoordinatorResponse:
-        return await call(self.core, "FindCoordinator", self._bind(groups.find_coordinator),
-                          request, context)
+#: ``strom.v1.Replica``: follower fetches (answers framed by hand, see
+#: :mod:`strom.protocol.replica_fetch`).
+REPLICA: dict[str, Handler] = {"ReplicaFetch": replica_fetch.handle}
 
-    async def JoinGroup(self, request: group_pb2.JoinGroupRequest, context: Context
-                        ) -> group_pb2.JoinGroupResponse:
-        return await call(self.core, "JoinGroup", self._bind(groups.join_group), request,
-                          context)
+#: ``strom.v1.Group``: served by this broker's group coordinator.
+GROUP: dict[str, Callable[[GroupCoordinator, Any], Awaitable[Any]]] = {
+    "FindCoordinator": groups.find_coordinator,
+    "JoinGroup": groups.join_group,
+    "SyncGroup": groups.sync_group,
+    "Heartbeat": groups.heartbeat,
+    "LeaveGroup": groups.leave_group,
+    "OffsetCommit": groups.offset_commit,
+    "OffsetFetch": groups.offset_fetch,
+    "ListGroups": groups.list_groups,
+    "DescribeGroups": groups.describe_groups,
+    "DeleteGroups": groups.delete_groups,
+}
 
-    async def SyncGroup(self, request: group_pb2.SyncGroupRequest, context: Context
-                        ) -> group_pb2.SyncGroupResponse:
-        return await call(self.core, "SyncGroup", self._bind(groups.sync_group), request,
-                          context)
 
-    async def Heartbeat(self, request: group_pb2.HeartbeatRequest, context: Context
-                        ) -> group_pb2.HeartbeatResponse:
-        return await call(self.core, "Heartbeat", self._bind(groups.heartbeat), request,
-                          context)
+def broker_methods(core: BrokerCore) -> dict[str, Method]:
+    return {api: _method(core, api, handler) for api, handler in BROKER.items()}
 
-    async def LeaveGroup(self, request: group_pb2.LeaveGroupRequest, context: Context
-                         ) -> group_pb2.LeaveGroupResponse:
-        return await call(self.core, "LeaveGroup", self._bind(groups.leave_group), request,
-                          context)
 
-    async def OffsetCommit(self, request: group_pb2.OffsetCommitRequest, context: Context
-                           ) -> group_pb2.OffsetCommitResponse:
-        return await call(self.core, "OffsetCommit", self._bind(groups.offset_commit), request,
-                          context)
+def admin_methods(core: BrokerCore) -> dict[str, Method]:
+    return {api: _method(core, api, _synced(handler)) for api, handler in ADMIN.items()}
 
-    async def OffsetFetch(self, request: group_pb2.OffsetFetchRequest, context: Context
-                          ) -> group_pb2.OffsetFetchResponse:
-        return await call(self.core, "OffsetFetch", self._bind(groups.offset_fetch), request,
-                          context)
 
-    async def ListGroups(self, request: group_pb2.ListGroupsRequest, context: Context
-                         ) -> group_pb2.ListGroupsResponse:
-        return await call(self.core, "ListGroups", self._bind(groups.list_groups), request,
-                          context)
+def replica_methods(core: BrokerCore) -> dict[str, Method]:
+    return {api: _method(core, api, handler) for api, handler in REPLICA.items()}
 
-    async def DescribeGroups(self, request: group_pb2.DescribeGroupsRequest, context: Context
-                             ) -> group_pb2.DescribeGroupsResponse:
-        return await call(self.core, "DescribeGroups", self._bind(groups.describe_groups),
-                          request, context)
 
-    async def DeleteGroups(self, request: group_pb2.DeleteGroupsRequest, context: Context
-                           ) -> group_pb2.DeleteGroupsResponse:
-        return await call(self.core, "DeleteGroups", self._bind(groups.delete_groups), request,
-                          context)
+def group_methods(core: BrokerCore, coordinator: GroupCoordinator) -> dict[str, Method]:
+    return {api: _method(core, api, _bound(coordinator, handler))
+            for api, handler in GROUP.items()}

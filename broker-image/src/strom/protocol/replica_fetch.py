@@ -48,7 +48,8 @@ class ReplicaServicer(Protocol):
 
 def add_to_server(server: grpc.aio.Server, servicer: ReplicaServicer) -> None:
     """Serve ``strom.v1.Replica`` with ``servicer``'s ReplicaFetch (answers framed by hand)."""
-    add_service(server, replica_pb2.DESCRIPTOR.services_by_name["Replica"], servicer,
+    add_service(server, replica_pb2.DESCRIPTOR.services_by_name["Replica"],
+                {"ReplicaFetch": servicer.ReplicaFetch},
                 serializers={"ReplicaFetch": encode_response})
 
 

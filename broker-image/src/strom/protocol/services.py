@@ -8,24 +8,32 @@ Only unary-unary methods exist in Strom's services; others are rejected loudly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
+#: One method's implementation: ``async (request, context) -> response``.
+Method = Callable[[Any, Any], Awaitable[Any]]
 
-def add_service(server: grpc.aio.Server, service: ServiceDescriptor, servicer: object,
+
+def add_service(server: grpc.aio.Server, service: ServiceDescriptor,
+                methods: Mapping[str, Method],
                 deserializers: Mapping[str, Callable[[bytes], Any]] | None = None,
                 serializers: Mapping[str, Callable[[Any], bytes]] | None = None) -> None:
-    """Serve ``service`` with ``servicer``'s methods of the same names; ``deserializers`` /
-    ``serializers`` replace protobuf's for the methods they name."""
+    """Serve ``service`` with ``methods`` (its table: method name -> implementation), which must
+    name every method of the service and no other; ``deserializers`` / ``serializers`` replace
+    protobuf's for the methods they name."""
     deserializers = deserializers or {}
     serializers = serializers or {}
-    unknown = (set(deserializers) | set(serializers)) - set(service.methods_by_name)
+    unknown = (set(deserializers) | set(serializers) | set(methods)) - set(service.methods_by_name)
     if unknown:
         raise ValueError(f"{service.full_name} has no method(s) {sorted(unknown)}")
+    missing = set(service.methods_by_name) - set(methods)
+    if missing:
+        raise ValueError(f"{service.full_name}: no handler for {sorted(missing)}")
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
         if method.client_streaming or method.server_streaming:
@@ -33,7 +41,7 @@ def add_service(server: grpc.aio.Server, service: ServiceDescriptor, servicer: o
         request_type = GetMessageClass(method.input_type)
         response_type = GetMessageClass(method.output_type)
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            getattr(servicer, method.name),
+            methods[method.name],
             request_deserializer=deserializers.get(method.name, request_type.FromString),
             response_serializer=serializers.get(method.name, response_type.SerializeToString))
     server.add_generic_rpc_handlers(

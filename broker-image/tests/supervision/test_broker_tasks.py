@@ -2,7 +2,7 @@
 (the Raft driver and ticker, the active controller, the metadata publisher) stop the broker -
 not ready, stop requested, exit status 1 - and restartable ones (heartbeats, the ISR checker, the
 group coordinator's housekeeping) are restarted while the broker stays ready. Replica fetchers
-are covered with two brokers in ``test_process_faults``."""
+are covered with two brokers in ``tests/robustness/test_cluster_faults.py``."""
 
 from __future__ import annotations
 

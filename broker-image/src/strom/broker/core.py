@@ -131,14 +131,15 @@ class BrokerCore:
             others = [r for r in state.isr if r != me and r in live]
             if not others:
                 continue
-            leader = others[0] if state.leader == me else state.leader
+            was_leader = state.leader == me
+            leader = others[0] if was_leader else state.leader
             try:
                 await self.link.propose(ChangePartition(
                     topic, partition, leader=leader, isr=tuple(r for r in state.isr if r != me),
                     expected_partition_epoch=state.partition_epoch))
                 log.warning("%s-%d: left the ISR (log directory %s is offline)%s", topic,
                             partition, directory,
-                            f"; broker {leader} leads now" if state.leader == me else "")
+                            f"; broker {leader} leads now" if was_leader else "")
             except StromError as err:  # changed meanwhile: the next metadata decides
                 log.warning("%s-%d: could not move away from offline %s: %s", topic, partition,
                             directory, err)

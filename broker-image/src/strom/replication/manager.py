@@ -49,6 +49,7 @@ from strom.protocol.batch import iter_headers, next_offset_after, whole_batches_
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
 from strom.protocol.replica_fetch import Answer, PartitionAnswer
 from strom.protocol.v1 import replica_pb2
+from strom.ratelimit import RateLimitedLog
 from strom.replication import divergence, isr
 from strom.replication.fetcher import FetchPosition, ReplicaFetcher, backoff_s
 from strom.replication.partition import Partition
@@ -65,6 +66,7 @@ from strom.supervision import failed, spawn
 __all__ = ["AppendWaiters", "ReplicaManager"]
 
 log = logging.getLogger(__name__)
+_apply_failures = RateLimitedLog(log)
 
 TopicPartition = tuple[str, int]
 _FOLLOWER_ERROR_DELAY_S = 1.0
@@ -557,8 +559,8 @@ class ReplicaManager:
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 return self._out_of_range(part, answer)
         except StromError as err:
-            log.warning("%s-%d: applying data fetched from broker %d failed: %s", *tp, leader,
-                        err)
+            _apply_failures.warning(f"{tp} {err.code.name}", "%s-%d: applying data fetched "
+                                    "from broker %d failed: %s", *tp, leader, err)
             return backoff_s(1, self.settings)
         error = error_code_from_int(code)
         log.debug("%s-%d: leader %d answered %s: %s; retrying after metadata changes", *tp,

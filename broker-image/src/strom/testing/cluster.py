@@ -103,9 +103,12 @@ class Cluster:
                  startup_timeout: float = STARTUP_TIMEOUT_S,
                  register_timeout: float = REGISTER_TIMEOUT_S,
                  hosts: Mapping[int, str] | None = None,
-                 netns: Mapping[int, str] | None = None) -> None:
+                 netns: Mapping[int, str] | None = None,
+                 env: Mapping[int, Mapping[str, str]] | None = None) -> None:
         """``hosts`` / ``netns``: per broker id, the address it binds and the network namespace
-        it runs in (default 127.0.0.1, none); ``strom.testing.netns`` sets both."""
+        it runs in (default 127.0.0.1, none); ``strom.testing.netns`` sets both. ``env``: per
+        broker id, extra environment variables (e.g. the fault hooks ``STROM_FAULT_TASK``,
+        ``STROM_FAULT_FS``)."""
         ids = list(range(brokers)) if isinstance(brokers, int) else list(brokers)
         if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
             raise ValueError(f"brokers={brokers!r}: give a count >= 1 or distinct ids >= 0")
@@ -132,7 +135,7 @@ class Cluster:
                                if host_of[bid] != HOST else settings,
                                port=grpc_ports[bid], metrics_port=metrics_ports[bid],
                                kafka_port=kafka_ports[bid], startup_timeout=startup_timeout,
-                               netns=(netns or {}).get(bid))
+                               netns=(netns or {}).get(bid), env=(env or {}).get(bid))
             for bid in ids}
         self._admins: list[Admin] = []
         self._channels: dict[str, grpc.Channel] = {}

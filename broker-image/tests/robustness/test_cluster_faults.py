@@ -1,0 +1,98 @@
+"""Two real brokers, RF 2: a broker whose log directory fails writes leaves the ISR of its
+partitions and hands their leadership to the other in-sync replica (Kafka's log directory
+failure handling), while produce keeps working through the other broker and nothing
+acknowledged is lost; a replica fetcher that fails is restarted and the broker stays ready."""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from strom import supervision
+from strom.client import Consumer, Producer
+from strom.client.models import TopicPartition
+from strom.protocol.records import Record
+from strom.storage import fileops
+from strom.testing.cluster import Cluster
+
+pytestmark = pytest.mark.integration
+
+
+def test_offline_log_dir_moves_leadership_and_loses_nothing(tmp_path: Path) -> None:
+    faulty = {fileops.ENV: "ENOSPC:pwrite,pwritev:/t-0/"}  # broker 0's copy of t-0 only
+    cluster = Cluster(tmp_path, 2, env={0: faulty})
+    try:
+        cluster.start()
+        cluster.wait_all_registered()
+        with cluster.admin() as admin:
+            admin.create_topic("t", partitions=1, replication_factor=2)
+        cluster.wait_for_isr("t", 0, 2, timeout=30)
+        if cluster.leader_of("t", 0) != 0:  # make broker 0 (the faulty one) the leader
+            with cluster.admin() as admin:
+                admin.alter_partition_reassignments({("t", 0): [0, 1]})
+                cluster.wait_reassignments_done(["t"])
+                cluster.wait_for_isr("t", 0, 2, timeout=30)
+                admin.elect_leaders([("t", 0)], raise_on_error=False)
+            cluster.wait_until(lambda: cluster.leader_of("t", 0) == 0 or None, timeout=30,
+                               what="broker 0 leads t-0")
+        first = cluster.leader_of("t", 0)
+        sent = []
+        with Producer(cluster.bootstrap, acks="all", retries=20) as producer:
+            for i in range(20):
+                value = f"v{i}".encode()
+                producer.send("t", value, partition=0).result(timeout=30)
+                sent.append(value)
+        # Whichever broker led, broker 0 failed its write: broker 1 leads alone now.
+        leader = cluster.wait_until(lambda: cluster.leader_of("t", 0) == 1 or None,
+                                    timeout=30, what="broker 1 leads t-0")
+        assert leader
+        cluster.wait_until(lambda: cluster.isr_of("t", 0) == [1] or None, timeout=30,
+                           what="the ISR of t-0 is [1]")
+        metrics = urllib.request.urlopen(cluster.brokers[0].metrics_url, timeout=5).read()
+        assert b"strom_broker_offline_log_dirs 1.0" in metrics
+        assert [r.value for r in _read(cluster, "t", len(sent))] == sent
+        assert all(b.is_ready() for b in cluster.brokers.values())
+        log0 = cluster.brokers[0].stderr_path.read_text()
+        assert "left the ISR (log directory" in log0
+        assert first == 0 and "broker 1 leads now" in log0
+    finally:
+        cluster.stop()
+
+
+def _read(cluster: Cluster, topic: str, want: int) -> list[Record]:
+    out: list[Record] = []
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        for _ in range(60):
+            out += consumer.poll(timeout_ms=500)
+            if len(out) >= want:
+                break
+    return out
+
+
+def test_a_failed_replica_fetcher_is_restarted(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 2, env={1: {supervision.FAULT_ENV: "replica-fetcher-0@0.5"},
+                                        0: {supervision.FAULT_ENV: "replica-fetcher-1@0.5"}})
+    try:
+        cluster.start()
+        cluster.wait_all_registered()
+        with cluster.admin() as admin:
+            admin.create_topic("f", partitions=2, replication_factor=2)
+        for p in range(2):
+            cluster.wait_for_isr("f", p, 2, timeout=30)
+        cluster.wait_until(
+            lambda: any("task replica-fetcher-" in b.stderr_path.read_text()
+                        for b in cluster.brokers.values()) or None,
+            timeout=30, what="an injected fetcher failure")
+        with Producer(cluster.bootstrap, acks="all") as producer:
+            for p in range(2):
+                producer.send("f", b"x", partition=p).result(timeout=30)
+        for p in range(2):
+            cluster.wait_for_isr("f", p, 2, timeout=30)
+        for b in cluster.brokers.values():
+            assert b.is_alive() and b.is_ready()
+            assert "exits with status 1" not in b.stderr_path.read_text()
+    finally:
+        cluster.stop()

@@ -29,6 +29,7 @@ BROKER_EXPORTED = frozenset(
         "strom_log_end_offset",
         "strom_log_start_offset",
         "strom_broker_active_connections",
+        "strom_broker_connections",
         "strom_broker_partitions",
     }
 )
@@ -56,6 +57,7 @@ USED = frozenset(
         "strom_broker_request_duration_seconds_sum",
         "strom_broker_request_duration_seconds_count",
         "strom_broker_active_connections",
+        "strom_broker_connections",
         "strom_broker_partitions",
         "strom_log_size_bytes",
         "strom_log_end_offset",

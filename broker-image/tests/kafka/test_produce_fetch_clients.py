@@ -153,3 +153,35 @@ def test_kafka_python_produces_and_consumes(broker: BrokerProcess) -> None:
     values = [m.value for m in consumer][:20]
     consumer.close()
     assert values == [b"kp%d" % i for i in range(20)]
+
+
+async def test_aiokafka_produces_and_consumes_by_group(broker: BrokerProcess) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    topic = new_topic(broker, partitions=2)
+    producer = AIOKafkaProducer(bootstrap_servers=broker.kafka_bootstrap, acks="all",
+                                enable_idempotence=True, compression_type="lz4")
+    await producer.start()
+    try:
+        sent = [await producer.send_and_wait(topic, b"a%d" % i, partition=i % 2)
+                for i in range(20)]
+    finally:
+        await producer.stop()
+    assert sorted((m.partition, m.offset) for m in sent) == sorted(
+        (p, o) for p in (0, 1) for o in range(10))
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker.kafka_bootstrap,
+                                group_id=f"{topic}-aio", auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(values) < 20 and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            values += [m.value for msgs in batches.values() for m in msgs]
+        await consumer.commit()
+        committed = await consumer.committed(__import__("aiokafka").TopicPartition(topic, 0))
+    finally:
+        await consumer.stop()
+    assert sorted(values) == sorted(b"a%d" % i for i in range(20))
+    assert committed == 10

@@ -9,6 +9,8 @@ never rots); the default is the full run whose latest numbers are summarised in 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import statistics
 import sys
 import tempfile
@@ -205,6 +207,198 @@ def run_failover(params: dict[str, Any], results: list[Result]) -> None:
                                   higher_is_better=False, extra=extra))
 
 
+KAFKA = "kafka"
+KAFKA_VIA = "strom (confluent-kafka)"
+PERF = "kafka ProducerPerformance"
+PERF_VIA = "strom ProducerPerformance"
+
+
+def run_kafka(params: dict[str, int | float], results: list[Result]) -> None:
+    """Apache Kafka, the main peer (issue 20): one KRaft node (Maven's jars, RF 1) and one Strom
+    broker, the same workloads through the Kafka protocol on both with the same client
+    (confluent-kafka), plus Kafka's own ProducerPerformance against both. Strom's own-client rows
+    ("strom") get their ratio to the "kafka" rows in :func:`assign_peers`."""
+    from benchmarks import kafka_workloads as kw
+    from strom.testing import running_broker
+    from strom.testing.kafka import KafkaToolMissing, running_kafka
+    from strom.testing.kafka_jars import ensure_jars, java_binary
+
+    try:
+        java_binary()
+        ensure_jars()
+    except KafkaToolMissing as err:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            raise
+        _progress(f"skipping Apache Kafka: {err}")
+        return
+    rate, secs = int(params["latency_rate"]), float(params["latency_seconds"])
+    reps = int(params["repeats"])
+    warm_secs = float(params["warmup_latency_seconds"])
+    workloads = [("1p-100B", "w1", 1, int(params["records_100b"]), 100),
+                 ("8p-1KiB", "w2", 8, int(params["records_1k"]), 1024)]
+    with tempfile.TemporaryDirectory(prefix="strom-bench-kafka-") as tmp:
+        _progress("kafka: starting one Apache Kafka node")
+        with running_kafka(1, root=tmp) as kafka:
+            node = kafka.nodes[0]
+            assert node.process is not None
+            pid = node.process.pid
+            on_kafka = functools.partial(kw.create_topic, kafka.bootstrap)
+            _kafka_rows(KAFKA, kafka.bootstrap, on_kafka, pid, workloads, rate, secs, reps,
+                        results, warm_secs)
+            with running_broker(Path(tmp) / "strom",
+                                config={"log.segment.bytes": str(256 << 20)}) as broker:
+                # Strom's Kafka listener has no CreateTopics yet: its topics come from its
+                # own admin API (gRPC), the records go through the Kafka protocol.
+                on_strom = functools.partial(sw.create_topic, broker.bootstrap)
+                _kafka_rows(KAFKA_VIA, broker.kafka_bootstrap, on_strom, broker.pid, workloads,
+                            rate, secs, reps, results, warm_secs)
+                for label, name, parts, n, size in workloads:
+                    for system, bootstrap, create in ((PERF, kafka.bootstrap, on_kafka),
+                                                      (PERF_VIA, broker.kafka_bootstrap,
+                                                       on_strom)):
+                        topic = f"{name}-perf"
+                        create(topic, parts)
+                        _progress(f"{system}: {label}, {n:,} records")
+                        perf = kw.producer_performance(kafka, bootstrap, topic, n, size)
+                        results.append(Result(system, label, "produce", perf["records/s"],
+                                              "records/s", extra=perf,
+                                              peers=[PERF] if system == PERF_VIA else []))
+                        results.append(Result(system, label, "produce MB/s", perf["MB/s"],
+                                              "MB/s", peers=[PERF] if system == PERF_VIA else []))
+
+
+def _kafka_rows(system: str, bootstrap: str, create: Callable[[str, int], None], pid: int,
+                workloads: list[tuple[str, str, int, int, int]], rate: int, secs: float,
+                reps: int, results: list[Result], warm_secs: float) -> None:
+    """The throughput, catch-up and latency rows of one server through confluent-kafka."""
+    from benchmarks import kafka_workloads as kw
+
+    peers = [KAFKA] if system != KAFKA else []
+    # Warm-up, not measured: a fresh JVM runs Kafka's request path interpreted until the JIT
+    # has compiled it (first latency run on this VM: p50 12 s, the third: 0.14 s), and
+    # librdkafka connects lazily. Both servers get the same warm-up.
+    warm = params_warmup(workloads)
+    create("warmup", 1)
+    _progress(f"{system}: warm-up, {warm:,} records and {warm_secs:.0f} s of latency")
+    kw.produce(bootstrap, "warmup", warm, 100)
+    kw.consume_all(bootstrap, "warmup", 1, warm, 100)
+    kw.end_to_end_latency(bootstrap, "warmup", 1, rate, warm_secs)
+    for label, name, parts, n, size in workloads:
+        create(name, parts)
+        _progress(f"{system}: {label}, producing {n:,} x {size} B")
+        idle = rss_bytes(pid)
+        with RssSampler(pid) as rss:
+            t = kw.produce(bootstrap, name, n, size)
+            _progress(f"{system}: {label}, consuming (median of {reps})")
+            runs = [kw.consume_all(bootstrap, name, parts, n, size) for _ in range(reps)]
+        c = sw.median_run(runs)
+        if label == "1p-100B":
+            _memory_rows(results, system, label, idle, rss.peak)
+        for metric, value, unit in (("produce", t.records_per_s, "records/s"),
+                                    ("produce MB/s", t.mb_per_s, "MB/s"),
+                                    ("consume", c.records_per_s, "records/s"),
+                                    ("consume MB/s", c.mb_per_s, "MB/s")):
+            results.append(Result(system, label, metric, value, unit, peers=list(peers),
+                                  extra={"runs": [r.records_per_s for r in runs]}
+                                  if metric == "consume" else {}))
+        create(f"{name}lat", parts)
+        _progress(f"{system}: {label}, end-to-end latency at {rate:,} records/s for {secs:.0f} s")
+        lat = kw.end_to_end_latency(bootstrap, f"{name}lat", parts, rate, secs, value_size=size)
+        for q in (50, 99, 99.9):
+            results.append(Result(system, label, f"e2e p{q:g} @{rate}/s", percentile(lat, q),
+                                  "ms", higher_is_better=False, peers=list(peers)))
+
+
+KAFKA_RF1 = "kafka RF=1 acks=1 (3 nodes)"
+KAFKA_RF3 = "kafka RF=3 acks=all"
+VIA_RF3 = "strom (confluent-kafka) RF=3 acks=all"
+
+
+def run_kafka_replicated(params: dict[str, int | float], results: list[Result]) -> None:
+    """Replication beside Apache Kafka: 3 Kafka nodes, then 3 Strom brokers (one after the other,
+    not side by side on 2 cores), RF=1 acks=1 and RF=3 acks=all (min.insync.replicas=2) through
+    confluent-kafka, median of ``repeats`` runs on fresh topics. Strom's own-client replication
+    rows get their ratio to the Kafka rows in :func:`assign_peers`."""
+    from benchmarks import kafka_workloads as kw
+    from strom.testing import running_cluster
+    from strom.testing.kafka import KafkaToolMissing, running_kafka
+    from strom.testing.kafka_jars import ensure_jars, java_binary
+
+    try:
+        java_binary()
+        ensure_jars()
+    except KafkaToolMissing as err:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            raise
+        _progress(f"skipping Apache Kafka: {err}")
+        return
+    reps = int(params["repeats"])
+    sizes = (("1p-100B", 1, int(params["records_replicated"]), 100),
+             ("8p-1KiB", 8, int(params["records_replicated_1k"]), 1024))
+    with tempfile.TemporaryDirectory(prefix="strom-bench-kafka-rf3-") as tmp:
+        _progress("kafka replication: starting 3 Apache Kafka nodes")
+        with running_kafka(3, root=tmp) as kafka:
+            create = functools.partial(kw.create_topic, kafka.bootstrap)
+            _replicated_rows((KAFKA_RF1, KAFKA_RF3), kafka.bootstrap, create, sizes, reps,
+                             results)
+        _progress("kafka replication: starting 3 Strom brokers")
+        with running_cluster(Path(tmp) / "strom", brokers=3,
+                             config={"log.segment.bytes": str(256 << 20)}) as cluster:
+            create = functools.partial(sw.create_topic, cluster.bootstrap)
+            _replicated_rows(("strom (confluent-kafka) RF=1 acks=1 (3 brokers)", VIA_RF3),
+                             cluster.kafka_bootstrap, create, sizes, reps, results)
+
+
+def _replicated_rows(names: tuple[str, str], bootstrap: str,
+                     create: Callable[..., None], sizes: tuple[tuple[str, int, int, int], ...],
+                     reps: int, results: list[Result]) -> None:
+    from benchmarks import kafka_workloads as kw
+
+    rf1_name, rf3_name = names
+    create("warmup", 1, 3, {"min.insync.replicas": "2"})
+    warm = max(20_000, min(200_000, max(n for _, _, n, _ in sizes)))
+    _progress(f"{rf3_name}: warm-up, {warm:,} records")
+    kw.produce(bootstrap, "warmup", warm, 100, acks="all")
+    for label, parts, n, size in sizes:
+        _progress(f"{rf3_name}: {label}, {n:,} records, RF=1 and RF=3 alternating, "
+                  f"median of {reps}")
+        runs1: list[sw.Throughput] = []
+        runs3: list[sw.Throughput] = []
+        for k in range(reps):
+            rf1, rf3 = f"rf1-{label}-{k}", f"rf3-{label}-{k}"
+            create(rf1, parts, 1)
+            create(rf3, parts, 3, {"min.insync.replicas": "2"})
+            runs1.append(kw.produce(bootstrap, rf1, n, size, acks=1))
+            runs3.append(kw.produce(bootstrap, rf3, n, size, acks="all"))
+        t1, t3 = sw.median_run(runs1), sw.median_run(runs3)
+        workload = f"replication {label}"
+        kafka_peer = [] if rf3_name == KAFKA_RF3 else [KAFKA_RF3]
+        results.append(Result(rf1_name, workload, "produce", t1.records_per_s, "records/s",
+                              extra={"MB/s": t1.mb_per_s,
+                                     "runs": [r.records_per_s for r in runs1]}))
+        results.append(Result(rf3_name, workload, "produce", t3.records_per_s, "records/s",
+                              peers=[rf1_name, *kafka_peer],
+                              extra={"MB/s": t3.mb_per_s,
+                                     "runs": [r.records_per_s for r in runs3]}))
+
+
+def params_warmup(workloads: list[tuple[str, str, int, int, int]]) -> int:
+    """Warm-up records: as many as the largest workload, at least 20,000, at most 200,000."""
+    return max(20_000, min(200_000, max(n for _, _, _, n, _ in workloads)))
+
+
+def assign_peers(results: list[Result]) -> None:
+    """Strom's own-client rows compare with Apache Kafka first, then the secondary peers."""
+    secondary = sorted({r.system for r in results if not r.system.startswith(("strom", "kafka"))})
+    main = [KAFKA] if any(r.system == KAFKA for r in results) else []
+    rf3 = [KAFKA_RF3] if any(r.system == KAFKA_RF3 for r in results) else []
+    for r in results:
+        if r.system == "strom":
+            r.peers = main + secondary
+        elif r.system == "strom RF=3 acks=all" and r.workload.startswith("replication"):
+            r.peers = [p for p in r.peers if p != KAFKA_RF3] + rf3
+
+
 def run_groups(params: dict[str, int | float], results: list[Result]) -> None:
     """Consumer groups: rebalance time by group size, group vs single-consumer throughput."""
     from benchmarks import groups
@@ -242,10 +436,6 @@ def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
                 for q in (50, 99, 99.9):
                     results.append(Result(peer.NAME, label, f"e2e p{q:g} @{rate}/s",
                                           percentile(lats, q), "ms", higher_is_better=False))
-    systems = sorted({r.system for r in results if not r.system.startswith("strom")})
-    for r in results:
-        if r.system == "strom":
-            r.peers = systems
 
 
 PROFILES: dict[str, dict[str, Any]] = {
@@ -254,7 +444,8 @@ PROFILES: dict[str, dict[str, Any]] = {
               "partition_counts": (1, 100, 1000), "records_partitions": 5_000,
               "records_replicated": 5_000, "records_replicated_1k": 5_000,
               "failovers": 1, "failover_faults": ("kill",), "repeats": 1,
-              "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2},
+              "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2,
+              "warmup_latency_seconds": 1},
     "full": {"records_100b": 1_000_000, "records_1k": 1_000_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
@@ -262,14 +453,14 @@ PROFILES: dict[str, dict[str, Any]] = {
              "failovers": 7, "failover_faults": ("kill", "kill-controller", "stop",
                                                  "partition"), "repeats": 3,
              "group_sizes": (1, 10, 50), "group_rebalance_repeats": 3,
-             "group_records": 500_000, "group_members": 4},
+             "group_records": 500_000, "group_members": 4, "warmup_latency_seconds": 3},
 }
 
 
 SECTIONS: dict[str, Callable[[dict[str, Any], list[Result]], None]] = {
     "single": run_strom, "partitions": run_strom_partitions,
     "replication": run_strom_replicated, "failover": run_failover, "groups": run_groups,
-    "peers": run_peers,
+    "kafka": run_kafka, "kafka-replication": run_kafka_replicated, "peers": run_peers,
 }
 """Sections of a run, in order; ``--only`` picks some (the peers' rows only get ratios when
 ``peers`` runs too)."""
@@ -292,9 +483,10 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     sections = args.only or list(SECTIONS)
     for name in sections:
-        if name == "peers" and args.no_peers:
+        if name in ("peers", "kafka", "kafka-replication") and args.no_peers:
             continue
         SECTIONS[name](params, results)
+    assign_peers(results)
     attach_ratios(results)
     print(format_table(results))
     kwargs = {"out_dir": args.out} if args.out else {}

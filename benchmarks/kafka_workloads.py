@@ -1,0 +1,216 @@
+"""The benchmark workloads through the Kafka protocol, with confluent-kafka (librdkafka) and with
+Kafka's own Java ``ProducerPerformance``: the same code against Apache Kafka and against Strom's
+Kafka listener, so a row pair differs only in the server.
+
+Client settings mirror :mod:`benchmarks.strom_workloads` (Strom's own client) so that the rows
+compare: throughput with acks=1, ``linger.ms=5``, ~1 MB batches, no compression; latency with
+``linger.ms=0``. librdkafka's batches are capped at 1,000,000 bytes, below Kafka's default
+``message.max.bytes`` (1,048,588), which a 1 MiB batch plus its header would exceed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import re
+import struct
+import time
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.strom_workloads import Throughput
+
+if TYPE_CHECKING:
+    import multiprocessing.synchronize
+
+_TS = struct.Struct(">d")
+#: The batch size every throughput row uses (bytes).
+BATCH_BYTES = 1_000_000
+LINGER_MS = 5
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int = 1,
+                 configs: dict[str, str] | None = None, timeout_s: float = 60.0) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                            replication_factor=replication_factor,
+                                            config=configs or {})])
+    futures[topic].result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:  # every partition has a leader before the run starts
+        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
+        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
+                and all(p.leader >= 0 for p in meta.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {topic} has no leader for every partition after {timeout_s}s")
+
+
+def _producer(bootstrap: str, **overrides: Any) -> Any:
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, "acks": 1, "linger.ms": LINGER_MS,
+        "batch.size": BATCH_BYTES, "compression.type": "none",
+        "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20,
+        "error_cb": lambda err: errors.append(str(err)),
+    }
+    config.update(overrides)
+    return Producer(config), errors
+
+
+def produce(bootstrap: str, topic: str, records: int, value_size: int, *,
+            acks: int | str = 1) -> Throughput:
+    """Send ``records`` values as fast as librdkafka takes them; time includes the flush. No
+    per-record delivery callback (Strom's client pays none either); a lost record shows as a
+    short catch-up, which fails the run."""
+    value = os.urandom(value_size)
+    producer, errors = _producer(bootstrap, acks=acks)
+    send = producer.produce
+    start = time.perf_counter()
+    for _ in range(records):
+        try:
+            send(topic, value)
+        except BufferError:  # the local queue is full: let it drain, then send again
+            _send_when_room(producer, topic, value)
+    left = producer.flush(300)
+    elapsed = time.perf_counter() - start
+    if left or errors:
+        raise RuntimeError(f"{left} record(s) undelivered after the flush; errors: {errors[:3]}")
+    return Throughput(records, elapsed, records * value_size)
+
+
+def _send_when_room(producer: Any, topic: str, value: bytes, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        producer.poll(0.05)
+        try:
+            producer.produce(topic, value)
+            return
+        except BufferError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"producer queue still full after {timeout_s}s") from None
+
+
+def _consumer(bootstrap: str, **overrides: Any) -> Any:
+    from confluent_kafka import Consumer
+
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}-{time.time_ns()}",
+        "enable.auto.commit": False, "fetch.max.bytes": 64 << 20,
+        "max.partition.fetch.bytes": 8 << 20, "fetch.wait.max.ms": 100,
+    }
+    config.update(overrides)
+    return Consumer(config)
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, records: int, value_size: int,
+                timeout_s: float = 300.0) -> Throughput:
+    """Read ``records`` from the beginning of every partition (catch-up), counting what each
+    ``consume`` call returns, as the other systems' loops do."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    consumer = _consumer(bootstrap)
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        got = 0
+        start = time.perf_counter()
+        deadline = start + timeout_s
+        while got < records and time.perf_counter() < deadline:
+            batch = consumer.consume(num_messages=10_000, timeout=1.0)
+            got += sum(1 for m in batch if m.error() is None)
+        elapsed = time.perf_counter() - start
+    finally:
+        consumer.close()
+    if got < records:
+        raise RuntimeError(f"consumed only {got} of {records} records in {timeout_s}s")
+    return Throughput(got, elapsed, got * value_size)
+
+
+def _latency_consumer(bootstrap: str, topic: str, partitions: int, expected: int,
+                      ready: multiprocessing.synchronize.Event,
+                      out: mp.Queue[list[float]], timeout_s: float) -> None:
+    from confluent_kafka import TopicPartition
+
+    consumer = _consumer(bootstrap, **{"fetch.wait.max.ms": 10})
+    ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)]
+    consumer.assign([TopicPartition(topic, p, end) for p, end in enumerate(ends)])
+    consumer.consume(num_messages=1, timeout=0.5)  # connected and fetching before "ready"
+    ready.set()
+    latencies: list[float] = []
+    deadline = time.time() + timeout_s
+    while len(latencies) < expected and time.time() < deadline:
+        for msg in consumer.consume(num_messages=10_000, timeout=0.2):
+            now = time.time()
+            value = msg.value() if msg.error() is None else None
+            if value is not None and len(value) >= 8:
+                latencies.append((now - _TS.unpack_from(value)[0]) * 1000.0)
+    consumer.close()
+    out.put(latencies)
+
+
+def end_to_end_latency(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float,
+                       value_size: int = 100, acks: int | str = 1) -> list[float]:
+    """Produce at a fixed ``rate`` for ``seconds`` (``linger.ms=0``); return the sorted
+    producer-to-consumer latencies in ms, read by a consumer in another process."""
+    total = int(rate * seconds)
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    out: mp.Queue[list[float]] = ctx.Queue()
+    proc = ctx.Process(target=_latency_consumer,
+                       args=(bootstrap, topic, partitions, total, ready, out, seconds + 60))
+    proc.start()
+    try:
+        if not ready.wait(60):
+            raise RuntimeError("latency consumer did not start within 60 s")
+        producer, _ = _producer(bootstrap, acks=acks, **{"linger.ms": 0})
+        pad = b"\0" * max(0, value_size - 8)
+        start = time.perf_counter()
+        interval = 1.0 / rate
+        for i in range(total):
+            delay = start + i * interval - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            producer.produce(topic, _TS.pack(time.time()) + pad)
+            producer.poll(0)
+        producer.flush(60)
+        latencies: list[float] = out.get(timeout=seconds + 90)
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+    latencies.sort()
+    return latencies
+
+
+_PERF_LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), "
+                        r"([\d.]+) ms avg latency, ([\d.]+) ms max latency")
+
+
+def parse_producer_performance(output: str) -> dict[str, float]:
+    """The summary line of Kafka's ProducerPerformance: records, records/s, MB/s, latencies."""
+    matches = _PERF_LINE.findall(output)
+    if not matches:
+        raise RuntimeError(f"no ProducerPerformance summary in its output:\n{output[-2000:]}")
+    records, rate, mbps, avg, peak = matches[-1]
+    return {"records": float(records), "records/s": float(rate), "MB/s": float(mbps),
+            "avg ms": float(avg), "max ms": float(peak)}
+
+
+def producer_performance(kafka: Any, bootstrap: str, topic: str, records: int,
+                         value_size: int, *, acks: int | str = 1) -> dict[str, float]:
+    """Kafka's own ``ProducerPerformance`` (Java client) at full speed, same settings as the
+    confluent-kafka rows; ``kafka`` is a :class:`strom.testing.kafka.KafkaCluster` (its jars)."""
+    result = kafka.run_tool(
+        "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+        "--num-records", str(records), "--record-size", str(value_size), "--throughput", "-1",
+        "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}",
+        f"linger.ms={LINGER_MS}", f"batch.size={BATCH_BYTES}", "compression.type=none",
+        timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"ProducerPerformance exited {result.returncode}:\n"
+                           f"{(result.stdout + result.stderr)[-2000:]}")
+    return parse_producer_performance(result.stdout)

@@ -43,11 +43,14 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Paths
         _unavailable("the node needs root")
     if shutil.which("containerd") is None or shutil.which("go") is None:
         _unavailable("needs Go and the Debian packages (./dev kube up installs them)")
-    build = subprocess.run([str(REPO / "kube" / "build.sh")], capture_output=True, text=True,
-                           timeout=7200, check=False)
-    if build.returncode != 0:
-        pytest.fail(f"kube/build.sh failed: {build.stderr[-2000:]}")
-    bin_dir = Path(build.stdout.strip().splitlines()[-1])
+    if os.environ.get("STROM_KUBE_BIN"):  # binaries built elsewhere (same versions)
+        bin_dir = Path(os.environ["STROM_KUBE_BIN"])
+    else:
+        build = subprocess.run([str(REPO / "kube" / "build.sh")], capture_output=True,
+                               text=True, timeout=7200, check=False)
+        if build.returncode != 0:
+            pytest.fail(f"kube/build.sh failed: {build.stderr[-2000:]}")
+        bin_dir = Path(build.stdout.strip().splitlines()[-1])
     paths = Paths.default()
     before = cluster.read_sysctls()
     try:
@@ -160,6 +163,76 @@ def test_a_claim_of_the_default_class_gets_a_volume_a_pod_mounts(
     while volume.exists() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not volume.exists()
+
+
+OPERATOR_IMAGE = ("strom.local/strom-operator", "dev")
+RELEASE, RELEASE_NS = "strom", "strom-system"
+
+
+def _helm(kube: tuple[Path, Paths], *args: str, timeout: float = 600) -> str:
+    bin_dir, paths = kube
+    proc = subprocess.run([str(bin_dir / "helm"), f"--kubeconfig={paths.admin_kubeconfig}",
+                           *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stderr}"
+    return proc.stdout
+
+
+def _operator_pod(kube: tuple[Path, Paths]) -> dict[str, object]:
+    pods = json.loads(_kubectl(kube, "-n", RELEASE_NS, "get", "pods", "-o", "json"))["items"]
+    running = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    assert len(running) == 1, [p["metadata"]["name"] for p in pods]
+    return dict(running[0])
+
+
+def test_the_chart_installs_upgrades_and_uninstalls(kube: tuple[Path, Paths]) -> None:
+    if not (kube[0] / "helm").exists():
+        pytest.fail(f"helm is not built in {kube[0]} (kube/build.sh builds it)")
+    images = subprocess.run([str(REPO / "kube" / "images.sh")], capture_output=True,
+                            text=True, timeout=3600, check=False)
+    assert images.returncode == 0, images.stderr[-3000:]
+    sets = [f"--set=image.repository={OPERATOR_IMAGE[0]}", f"--set=image.tag={OPERATOR_IMAGE[1]}",
+            "--set=image.pullPolicy=Never"]
+    chart = str(REPO / "charts" / "strom")
+    _helm(kube, "install", RELEASE, chart, "-n", RELEASE_NS, "--create-namespace", *sets,
+          "--wait", "--timeout=5m")
+    crds = json.loads(_kubectl(kube, "get", "crd", "-o", "json"))["items"]
+    names = [c["metadata"]["name"] for c in crds if c["spec"]["group"] == "strom.dev"]
+    assert sorted(names) == ["stromclusters.strom.dev", "stromconsumergroups.strom.dev",
+                             "stromtopics.strom.dev"]
+    _kubectl(kube, "wait", "--for=condition=Established", *[f"crd/{n}" for n in names])
+    pod = _operator_pod(kube)
+    spec = pod["spec"]
+    assert isinstance(spec, dict)
+    assert spec["containers"][0]["image"] == ":".join(OPERATOR_IMAGE)
+    _kubectl(kube, "-n", RELEASE_NS, "wait", "--for=condition=Ready",
+             f"pod/{pod['metadata']['name']}", "--timeout=180s")  # type: ignore[index]
+    sa = f"system:serviceaccount:{RELEASE_NS}:{spec['serviceAccountName']}"
+    # The chart's RBAC: the operator may watch its own resources, not delete nodes.
+    allowed = subprocess.run([str(kube[0] / "kubectl"),
+                              f"--kubeconfig={kube[1].admin_kubeconfig}", "auth", "can-i",
+                              "list", "stromclusters.strom.dev", f"--as={sa}"],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert allowed.stdout.strip() == "yes"
+    forbidden = subprocess.run([str(kube[0] / "kubectl"),
+                                f"--kubeconfig={kube[1].admin_kubeconfig}", "auth", "can-i",
+                                "delete", "nodes", f"--as={sa}"],
+                               capture_output=True, text=True, timeout=60, check=False)
+    assert forbidden.stdout.strip() == "no"
+    old_uid = pod["metadata"]["uid"]  # type: ignore[index]
+    _helm(kube, "upgrade", RELEASE, chart, "-n", RELEASE_NS, *sets, "--set=logLevel=DEBUG",
+          "--wait", "--timeout=5m")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        new = _operator_pod(kube)
+        if new["metadata"]["uid"] != old_uid:  # type: ignore[index]
+            break
+        time.sleep(1)
+    assert "--log-level=DEBUG" in new["spec"]["containers"][0]["args"]  # type: ignore[index]
+    _helm(kube, "uninstall", RELEASE, "-n", RELEASE_NS, "--wait", "--timeout=5m")
+    left = json.loads(_kubectl(kube, "-n", RELEASE_NS, "get", "deploy,sa,pods", "-o", "json"))
+    assert [i["metadata"]["name"] for i in left["items"]
+            if i["kind"] != "ServiceAccount" or i["metadata"]["name"] != "default"] == []
 
 
 def test_down_removes_everything(kube: tuple[Path, Paths]) -> None:

@@ -25,6 +25,7 @@ import pytest
 from strom.testing.kube import cgroups, cluster, network
 from strom.testing.kube import layout as L
 from strom.testing.kube.layout import Paths
+from strom.testing.process import pid_runs
 
 pytestmark = [pytest.mark.kube, pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -238,7 +239,7 @@ def test_the_chart_installs_upgrades_and_uninstalls(kube: tuple[Path, Paths]) ->
 def test_down_removes_everything(kube: tuple[Path, Paths]) -> None:
     paths = kube[1]
     state = cluster.load_state(paths)
-    pids = [p["pid"] for p in state["processes"].values()]
+    started = [(p["pid"], p["marker"]) for p in state["processes"].values()]
     cluster.down(paths, quiet=True)
     assert not network.netns_exists()
     routes = network.host_routes()
@@ -247,4 +248,5 @@ def test_down_removes_everything(kube: tuple[Path, Paths]) -> None:
     assert not paths.home.exists() and not paths.run.exists()
     assert str(paths.home) not in Path("/proc/self/mountinfo").read_text()
     assert cluster.read_sysctls() == {k: v for k, v in state["sysctls"].items()}
-    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+    # None of them runs any more (a PID of the machine's other processes may be reused).
+    assert [(pid, marker) for pid, marker in started if pid_runs(pid, marker)] == []

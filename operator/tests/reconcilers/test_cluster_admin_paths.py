@@ -208,3 +208,28 @@ def test_unmanaged_topics_are_reported_not_deleted():
     _run(api, fake, 3)
     assert api.find("StromCluster", "c")["status"]["unmanagedTopics"] == ["legacy"]
     assert not any(c[0] == "delete" for c in fake.calls)
+
+
+def test_scale_out_raises_consumer_offsets_replication():
+    """A cluster that started with one broker has __consumer_offsets at RF 1 (the coordinator
+    creates it at min(offsets.topic.replication.factor, live brokers)); after scaling out the
+    operator raises it to min(3, brokers) with the reassignment (issue 12)."""
+    api = FakeApi()
+    layout = {("__consumer_offsets", p): [0] for p in range(4)}
+    layout.update({("t", p): [0] for p in range(2)})
+    fake = FakeCluster([0], layout)
+    _run(api, fake, 1)
+    _run(api, fake, 3)
+    fake.brokers += [1, 2]
+    _run(api, fake, 3)
+    (call,) = [c for c in fake.calls if c[0] == "reassign"]
+    targets = call[1]
+    for p in range(4):
+        replicas = targets[("__consumer_offsets", p)]
+        assert sorted(replicas) == [0, 1, 2], targets  # with the rebalance's moves
+    assert all(len(r) == 1 for tp, r in targets.items() if tp[0] == "t"), "user topics keep RF"
+    fake.finish()
+    _run(api, fake, 3)
+    _run(api, fake, 3)
+    assert len([c for c in fake.calls if c[0] == "reassign"]) == 1, "raised once, then steady"
+    assert all(len(fake.assignment[("__consumer_offsets", p)]) == 3 for p in range(4))

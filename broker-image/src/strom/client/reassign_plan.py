@@ -18,13 +18,23 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from strom.model.reassign import PlanError, balance_leaders, loads, new_replicas_for_rf, plan
+from strom.model.reassign import (
+    OFFSETS_TOPIC,
+    PlanError,
+    balance_leaders,
+    loads,
+    new_replicas_for_rf,
+    plan,
+)
+from strom.model.reassign import raise_replication as model_raise_replication
 from strom.protocol.errors import ErrorCode, StromError
 
 PartitionKey = tuple[str, int]
 Assignment = dict[PartitionKey, list[int]]
 
 PLAN_VERSION = 1
+
+__all__ = ["OFFSETS_TOPIC", "parse_plan", "plan_reassignment", "plan_to_json", "raise_replication"]
 
 
 def _invalid(message: str) -> StromError:
@@ -69,29 +79,11 @@ def plan_reassignment(current: Mapping[PartitionKey, Sequence[int]], brokers: It
     return balance_leaders(moved, before)
 
 
-#: The group coordinator's internal topic (``strom.groups.offsets.OFFSETS_TOPIC``; the client
-#: layer cannot import the broker's groups package).
-OFFSETS_TOPIC = "__consumer_offsets"
-
-
 def raise_replication(current: Mapping[PartitionKey, Sequence[int]], brokers: Iterable[int],
                       replication_factor: int) -> Assignment:
-    """New replica lists for the partitions of ``current`` with fewer than
-    ``replication_factor`` replicas (capped at the brokers given); {} when none has.
-
-    How an internal topic created small (``__consumer_offsets`` at RF 1 on a one-broker cluster)
-    gets its replication raised once brokers are added: a reassignment to larger replica lists
-    (Kafka's way too: ``kafka-reassign-partitions --execute`` with a plan naming more replicas),
-    planned by :func:`plan_reassignment` (current replicas kept up to each broker's even share,
-    new ones on the least-loaded brokers). ``strom dev up`` and the operator run it after a
-    scale-out.
-    """
-    targets = sorted(set(brokers))
-    rf = min(replication_factor, len(targets))
-    low = {k: list(v) for k, v in current.items() if len(v) < rf}
-    if not low:
-        return {}
-    return plan_reassignment(low, targets, replication_factor=rf)
+    """:func:`strom.model.reassign.raise_replication` over ``brokers`` without racks."""
+    return model_raise_replication(current, dict.fromkeys(sorted(set(brokers))),
+                                   replication_factor)
 
 
 def moved_replicas(current: Mapping[PartitionKey, Sequence[int]],

@@ -258,6 +258,40 @@ def new_replicas_for_rf(
     return out
 
 
+#: The group coordinator's internal topic (``strom.groups.offsets.OFFSETS_TOPIC``, repeated here
+#: because this package imports nothing else of Strom).
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def raise_replication(
+    assignment: Mapping[TopicPartition, Sequence[int]],
+    racks: Mapping[int, str | None],
+    replication_factor: int,
+) -> dict[TopicPartition, list[int]]:
+    """New replica lists for the partitions with fewer than ``replication_factor`` replicas
+    (capped at the brokers in ``racks``); {} when none has.
+
+    How an internal topic created small gets its replication raised once brokers are added
+    (``__consumer_offsets`` is created at ``min(offsets.topic.replication.factor, live brokers)``,
+    so at RF 1 on a one-broker cluster): a reassignment to longer replica lists, Kafka's way too
+    (``kafka-reassign-partitions --execute`` with a plan naming more replicas). Every current
+    replica stays (the leader first); added ones go rack-aware to the least-loaded brokers
+    (:func:`new_replicas_for_rf`). ``strom dev up`` and the operator run it after a scale-out.
+    """
+    rf = min(replication_factor, len(racks))
+    load = loads({tp: list(r) for tp, r in assignment.items()}, racks)
+    out: dict[TopicPartition, list[int]] = {}
+    for tp in sorted(assignment):
+        replicas = list(assignment[tp])
+        if len(replicas) >= rf:
+            continue
+        grown = new_replicas_for_rf(replicas, rf, racks, load)
+        for b in set(grown) - set(replicas):
+            load[b] = load.get(b, 0) + 1
+        out[tp] = grown
+    return out
+
+
 def balance_leaders(assignment: Mapping[TopicPartition, Sequence[int]],
                     before: Mapping[TopicPartition, Sequence[int]]
                     ) -> dict[TopicPartition, list[int]]:

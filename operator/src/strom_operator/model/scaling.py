@@ -112,6 +112,36 @@ def rebalance_plan(
     return reassign.plan(assignment, broker_racks, leaving)
 
 
+#: The broker's default ``offsets.topic.replication.factor``.
+DEFAULT_OFFSETS_RF = 3
+
+
+def internal_replication_targets(
+    assignment: Mapping[reassign.TopicPartition, list[int]],
+    racks: Mapping[int, str | None],
+    brokers: Iterable[int],
+    config: Mapping[str, object],
+    pending: Mapping[reassign.TopicPartition, list[int]] | None = None,
+) -> dict[reassign.TopicPartition, list[int]]:
+    """Raise ``__consumer_offsets`` to ``min(offsets.topic.replication.factor, brokers)``.
+
+    The coordinator creates it at ``min(offsets.topic.replication.factor, live brokers)``; a
+    cluster that started with fewer brokers keeps that small RF (and with it the risk of losing
+    committed offsets) until a reassignment raises it, which Kafka leaves to the administrator.
+    After a scale-out the operator does it: the partitions' replica lists after ``pending`` (the
+    rebalance being started, if any) grow on ``brokers`` (:func:`reassign.raise_replication`).
+    """
+    try:
+        wanted = int(str(config.get("offsets.topic.replication.factor", DEFAULT_OFFSETS_RF)))
+    except ValueError:
+        wanted = DEFAULT_OFFSETS_RF
+    after = dict(pending or {})
+    offsets = {tp: list(after.get(tp, replicas)) for tp, replicas in assignment.items()
+               if tp[0] == reassign.OFFSETS_TOPIC}
+    kept = sorted(set(brokers))
+    return reassign.raise_replication(offsets, {b: racks.get(b) for b in kept}, wanted)
+
+
 def progress(
     moves_total: int, moving_partitions: int, percent: float | None
 ) -> dict[str, int | float | str]:

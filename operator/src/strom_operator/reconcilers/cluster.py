@@ -256,6 +256,10 @@ class ClusterReconciler:
         else:
             ctx.condition(conditions.SCALING, "False", "Steady", decision.message)
             self._unregister_removed(ctx, state, desired, current)
+            if (state is not None and current == desired and not state.reassignment_in_progress
+                    and set(range(desired)) <= state.registered):
+                self._start_moves(ctx, state, range(desired), "raise __consumer_offsets "
+                                  "replication", balance=False)
 
     def _unregister_removed(self, ctx: Context, state: ClusterState | None, desired: int,
                             current: int) -> None:
@@ -282,14 +286,29 @@ class ClusterReconciler:
         except AdminError as err:
             raise ReconcileError(step, "AdminApiError", str(err)) from err
 
-    def _start_moves(self, ctx: Context, state: ClusterState, keep: range, why: str) -> str | None:
-        """Reassign so only ``keep`` holds replicas, evenly; the reason when that is impossible."""
+    def _start_moves(self, ctx: Context, state: ClusterState, keep: range, why: str,
+                     *, balance: bool = True) -> str | None:
+        """Reassign so only ``keep`` holds replicas, evenly (``balance``), and, once no broker
+        leaves, with ``__consumer_offsets`` raised to its configured replication factor; the
+        reason when that is impossible."""
         assert ctx.spec is not None
-        try:
-            plan = scaling.rebalance_plan(state.assignment, state.racks, keep)
-        except PlanError as err:
-            return str(err)
-        targets = plan.reassignments
+        moves = 0
+        targets: dict[tuple[str, int], list[int]] = {}
+        if balance:
+            try:
+                plan = scaling.rebalance_plan(state.assignment, state.racks, keep)
+            except PlanError as err:
+                return str(err)
+            targets = dict(plan.reassignments)
+            moves = len(plan.moves)
+        if why != "drain":
+            raised = scaling.internal_replication_targets(
+                state.assignment, state.racks, keep, ctx.spec.config, pending=targets)
+            moves += sum(len(set(r) - set(targets.get(tp, state.assignment[tp])))
+                         for tp, r in raised.items())
+            targets.update(raised)
+        if not targets and not balance:
+            return None
         if not targets:
             ctx.condition(
                 conditions.REBALANCING,
@@ -307,10 +326,10 @@ class ClusterReconciler:
         )
         throttle = f"{self.throttle} B/s" if self.throttle > 0 else "unthrottled"
         message = (
-            f"{why}: moving {len(plan.moves)} replica(s) of {len(targets)} partition(s) onto "
+            f"{why}: moving {moves} replica(s) of {len(targets)} partition(s) onto "
             f"brokers {list(keep)} ({throttle})"
         )
-        ctx.status["rebalance"] = scaling.progress(len(plan.moves), len(targets), 0.0)
+        ctx.status["rebalance"] = scaling.progress(moves, len(targets), 0.0)
         ctx.condition(conditions.REBALANCING, "True", "Started", message)
         ctx.events.append(Event("Normal", "RebalanceStarted", message))
         ctx.requeue = True

@@ -71,6 +71,10 @@ CLUSTER_STATUS = _obj(
     {
         **_COMMON_STATUS,
         "bootstrapServers": {"type": "string", "description": "host:port for clients."},
+        "kafkaBootstrapServers": {
+            "type": "string",
+            "description": "host:port for Kafka clients (the brokers' Kafka wire protocol port).",
+        },
         "brokers": {
             "type": "integer",
             "minimum": 0,

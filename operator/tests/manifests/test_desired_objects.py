@@ -94,7 +94,7 @@ def test_statefulset():
     assert broker["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert broker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     ports = {p["name"]: p["containerPort"] for p in broker["ports"]}
-    assert ports == {"grpc": 9092, "metrics": 9404}
+    assert ports == {"grpc": 9092, "metrics": 9404, "kafka": 19092}
     assert broker["resources"] == {
         "requests": {"cpu": "500m", "memory": "1Gi"},
         "limits": {"memory": "2Gi"},
@@ -123,7 +123,7 @@ def test_pdb_and_services():
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
     bootstrap = objs[("Service", "my-cluster-bootstrap")]
-    assert [p["port"] for p in bootstrap["spec"]["ports"]] == [9092]
+    assert [p["port"] for p in bootstrap["spec"]["ports"]] == [9092, 19092]  # gRPC, Kafka
     assert manifests.bootstrap_address(REF, _spec()) == "my-cluster-bootstrap.kafka.svc:9092"
 
 
@@ -140,6 +140,7 @@ def test_config_map_broker_config():
     cm = by_kind(manifests.desired_objects(REF, EXAMPLE))[("ConfigMap", "my-cluster-config")]
     props = _properties(cm["data"]["server.properties"])
     assert props["port"] == "9092" and props["metrics.port"] == "9404"
+    assert props["listeners"] == "PLAINTEXT://0.0.0.0:19092"  # advertised: the pod's DNS name
     assert props["log.dirs"] == manifests.DATA_DIR
     assert props["default.replication.factor"] == "3" and props["min.insync.replicas"] == "2"
     assert props["num.partitions"] == "3" and props["log.retention.ms"] == "604800000"

@@ -161,6 +161,8 @@ def broker_config(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, str]:
         "cluster.id": ref.uid,
         "host": "0.0.0.0",
         "port": str(spec.listeners.port),
+        # the advertised Kafka listener defaults to advertised.host (the pod's DNS name)
+        "listeners": f"PLAINTEXT://0.0.0.0:{spec.listeners.kafka_port}",
         "metrics.port": str(spec.metrics.port),
         "log.dirs": DATA_DIR,
         "log.level": spec.log_level,
@@ -213,6 +215,8 @@ def _ports(spec: StromClusterSpec) -> list[dict[str, Any]]:
     return [
         {"name": "grpc", "port": spec.listeners.port, "targetPort": "grpc", "protocol": "TCP"},
         {"name": "metrics", "port": spec.metrics.port, "targetPort": "metrics", "protocol": "TCP"},
+        {"name": "kafka", "port": spec.listeners.kafka_port, "targetPort": "kafka",
+         "protocol": "TCP"},
     ]
 
 
@@ -240,13 +244,18 @@ def bootstrap_service(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]
         "spec": {
             "type": spec.listeners.service_type,
             "selector": selector_labels(ref.name),
-            "ports": [_ports(spec)[0]],
+            "ports": [p for p in _ports(spec) if p["name"] in ("grpc", "kafka")],
         },
     }
 
 
 def bootstrap_address(ref: ClusterRef, spec: StromClusterSpec) -> str:
     return f"{Names(ref.name).bootstrap}.{ref.namespace}.svc:{spec.listeners.port}"
+
+
+def kafka_bootstrap_address(ref: ClusterRef, spec: StromClusterSpec) -> str:
+    """``bootstrap.servers`` for Kafka clients: the bootstrap Service's Kafka port."""
+    return f"{Names(ref.name).bootstrap}.{ref.namespace}.svc:{spec.listeners.kafka_port}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -365,6 +374,7 @@ def statefulset(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
         "ports": [
             {"name": "grpc", "containerPort": spec.listeners.port, "protocol": "TCP"},
             {"name": "metrics", "containerPort": spec.metrics.port, "protocol": "TCP"},
+            {"name": "kafka", "containerPort": spec.listeners.kafka_port, "protocol": "TCP"},
         ],
         "env": _env(ref, spec),
         "readinessProbe": {
@@ -480,7 +490,8 @@ def service_monitor(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
 
 
 def network_policy(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
-    """Brokers reach each other on every port; clients reach the gRPC port; metrics are open."""
+    """Brokers reach each other on every port; clients reach the gRPC and Kafka ports; metrics
+    are open."""
     peers = {"podSelector": {"matchLabels": selector_labels(ref.name)}}
     client_from: list[dict[str, Any]] = [
         {"namespaceSelector": {"matchLabels": dict(spec.network_policy.client_namespace_labels)}}
@@ -496,7 +507,8 @@ def network_policy(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
                 {"from": [peers]},
                 {
                     "from": client_from,
-                    "ports": [{"port": spec.listeners.port, "protocol": "TCP"}],
+                    "ports": [{"port": spec.listeners.port, "protocol": "TCP"},
+                              {"port": spec.listeners.kafka_port, "protocol": "TCP"}],
                 },
                 {"ports": [{"port": spec.metrics.port, "protocol": "TCP"}]},
             ],

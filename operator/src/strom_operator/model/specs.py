@@ -193,6 +193,10 @@ class Listeners:
     port: int = spec_field(
         default=9092, minimum=1024, maximum=65535, description="gRPC port of every broker."
     )
+    kafka_port: int = spec_field(
+        default=19092, minimum=1024, maximum=65535,
+        description="Kafka wire protocol port of every broker (Kafka clients and tools).",
+    )
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = spec_field(
         default="ClusterIP", description="Type of the bootstrap Service."
     )

@@ -468,6 +468,7 @@ class ClusterReconciler:
         ctx.status.update(
             {
                 "bootstrapServers": manifests.bootstrap_address(ctx.ref, ctx.spec),
+                "kafkaBootstrapServers": manifests.kafka_bootstrap_address(ctx.ref, ctx.spec),
                 "brokers": replicas,
                 "readyBrokers": ready,
                 "ready": f"{ready}/{want}",

@@ -293,7 +293,7 @@ class ProducerCore:
                 if sticky:
                     self.sticky_open[tp.topic] = (batch, self.routes_version)
                 return batch, index, False, False
-            batch.full = True
+            acc.mark_full(batch)
         tps = self.routes.get(tp.topic)
         if sticky and n > 1 and tps is not None and len(tps) == n:
             # KIP-480: a new batch is due, so move null-key records to another partition
@@ -304,14 +304,17 @@ class ProducerCore:
                 if index >= 0:
                     self.sticky_open[tp.topic] = (batch, self.routes_version)
                     return batch, index, True, False
-                batch.full = True
-        if not reserved and not acc.try_reserve(self.settings.batch_size):
-            raise BufferFull
-        batch = acc.new_batch(tp, now_ms(), self.settings.batch_size)
+                acc.mark_full(batch)
+        size = self.settings.batch_size  # what the caller reserved, if it did
+        if not reserved:
+            size = acc.batch_capacity()
+            if not acc.try_reserve(size):
+                raise BufferFull
+        batch, wake = acc.start_batch(tp, now_ms(), size)
         batch.builder.try_append(key, value, ts, hdrs)
         if sticky:
             self.sticky_open[tp.topic] = (batch, self.routes_version)
-        return batch, 0, True, True
+        return batch, 0, wake, True
 
     def check_size(self, key_size: int, value_size: int) -> None:
         if key_size + value_size > self.max_record_size:

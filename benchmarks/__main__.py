@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import strom_workloads as sw
-from benchmarks.harness import Result, attach_ratios, format_table, percentile, write_json
+from benchmarks.harness import (
+    RESULTS_DIR,
+    Result,
+    attach_ratios,
+    format_table,
+    percentile,
+    write_json,
+)
 from benchmarks.peers._proc import RssSampler, rss_bytes
 
 
@@ -140,6 +147,33 @@ def run_strom_partitions(params: dict[str, int | float], results: list[Result]) 
             results.append(Result(name, "partitions", "produce", t.records_per_s, "records/s",
                                   peers=[] if count == 1 else [base],
                                   extra={"rss_peak": rss.peak}))
+
+
+def run_partition_scale(params: dict[str, Any], results: list[Result]) -> None:
+    """Partition scale (issue 21, ``benchmarks/partition_scale.py``): per N on a fresh broker,
+    topic creation, keyed produce, consume and the broker's open files (ratios to the first N);
+    a PNG beside the JSON when matplotlib happens to be installed."""
+    from benchmarks import partition_scale as ps
+
+    points = ps.measure([int(c) for c in params["scale_counts"]], int(params["scale_records"]),
+                        _progress)
+    base = f"strom ({points[0].partitions} partitions)"
+    for p in points:
+        name = f"strom ({p.partitions} partitions)"
+        peers = [] if name == base else [base]
+        results.append(Result(name, "partition scale", "create", p.create_s, "s",
+                              higher_is_better=False, peers=peers))
+        results.append(Result(name, "partition scale", "keyed produce", p.produce_rps,
+                              "records/s", peers=peers))
+        results.append(Result(name, "partition scale", "consume", p.consume_rps, "records/s",
+                              peers=peers))
+        results.append(Result(name, "partition scale", "fds after produce",
+                              p.fds_after_produce, "files", higher_is_better=False,
+                              peers=peers, extra={"fds_idle": p.fds_idle}))
+    print(ps.format_points(points), file=sys.stderr)
+    png = RESULTS_DIR / "partition-scale.png"
+    if ps.plot(points, png):
+        _progress(f"partition scale: wrote {png}")
 
 
 def run_strom_replicated(params: dict[str, int | float], results: list[Result]) -> None:
@@ -442,6 +476,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
               "latency_seconds": 2, "big_log_bytes": 20_000_000,
               "partition_counts": (1, 100, 1000), "records_partitions": 5_000,
+              "scale_counts": (10, 100), "scale_records": 5_000,
               "records_replicated": 5_000, "records_replicated_1k": 5_000,
               "failovers": 1, "failover_faults": ("kill",), "repeats": 1,
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2,
@@ -449,6 +484,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "full": {"records_100b": 1_000_000, "records_1k": 1_000_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
+             "scale_counts": (10, 100, 1000), "scale_records": 200_000,
              "records_replicated": 300_000, "records_replicated_1k": 300_000,
              "failovers": 7, "failover_faults": ("kill", "kill-controller", "stop",
                                                  "partition"), "repeats": 3,
@@ -459,6 +495,7 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 SECTIONS: dict[str, Callable[[dict[str, Any], list[Result]], None]] = {
     "single": run_strom, "partitions": run_strom_partitions,
+    "partition-scale": run_partition_scale,
     "replication": run_strom_replicated, "failover": run_failover, "groups": run_groups,
     "kafka": run_kafka, "kafka-replication": run_kafka_replicated, "peers": run_peers,
 }

@@ -41,6 +41,7 @@ import grpc
 from strom.broker import service
 from strom.broker.config import BrokerConfig, ConfigError
 from strom.broker.core import BrokerCore
+from strom.broker.file_limit import FileLimitError, raise_open_file_limit
 from strom.broker.health import HealthServer
 from strom.broker.kafka.listener import KafkaListener
 from strom.broker.listeners import GRPC_LISTENER
@@ -294,6 +295,11 @@ def run(config: BrokerConfig) -> int:
     tune_malloc(os.environ)
     if fileops.install_from_env() is not None:
         log.warning("storage fault injection is on (%s)", fileops.ENV)
+    try:
+        raise_open_file_limit(config.log_dirs)
+    except FileLimitError as err:
+        log.error("cannot start: %s", err)
+        return 1
     try:
         asyncio.run(serve(config))
     except ConfigError as err:

@@ -34,6 +34,8 @@ def json_schema(openapi: Any) -> Any:
     if not isinstance(openapi, dict):
         return openapi
     out = {k: json_schema(v) for k, v in openapi.items() if not k.startswith("x-kubernetes-")}
+    if openapi.get("x-kubernetes-int-or-string") is True:  # what the API server accepts
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
     if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
         out["additionalProperties"] = False
     return out

@@ -154,3 +154,70 @@ def test_cel_twins_behave():
     known = rules["topic-config-known-keys"].check
     assert known({"retention.ms": 1}, None) and not known({"retention.msec": 1}, None)
     assert all(r.is_transition == ("oldSelf" in r.cel) for r in rules.values())
+
+
+def _typed(node):
+    """What the API server needs to give a schema node a CEL type (its declType)."""
+    return "type" in node or node.get("x-kubernetes-int-or-string") is True
+
+
+def _untyped_under_rules(node, path, under_rule):
+    """Paths of schema nodes at or below a CEL rule that have no type.
+
+    Kubernetes compiles each rule against the types of the whole subtree it sees; a node that is
+    only ``x-kubernetes-preserve-unknown-fields`` has none, and the CRD is refused with "failed
+    to convert to declType for CEL validation rules" (measured on 1.34; kubernetes-validate and
+    jsonschema do not compile CEL, so they never caught it).
+    """
+    under_rule = under_rule or bool(node.get("x-kubernetes-validations"))
+    out = [path] if under_rule and not _typed(node) else []
+    for key, child in node.get("properties", {}).items():
+        out += _untyped_under_rules(child, f"{path}.{key}", under_rule)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            out += _untyped_under_rules(node[key], f"{path}.{key}", under_rule)
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_schema_node_a_cel_rule_sees_has_a_type(kind):
+    assert _untyped_under_rules(_spec_schema(kind), "spec", False) == []
+
+
+def test_the_typed_check_finds_the_schema_kubernetes_refused():
+    """The schema 1.34 refused (config values with no type under a CEL rule) fails the check."""
+    refused = {
+        "type": "object",
+        "x-kubernetes-validations": [{"rule": "self.all(k, k != 'x')"}],
+        "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
+    }
+    assert _untyped_under_rules(refused, "config", False) == ["config.additionalProperties"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_maps_and_lists_a_rule_iterates_are_bounded(kind):
+    """A rule that walks a map or list is costed by the largest one the schema allows: without
+    maxProperties/maxItems the config rules exceeded the API server's budget (by 1.3x on 1.34)."""
+
+    def walk(node, path):
+        bad = []
+        rules = [v["rule"] for v in node.get("x-kubernetes-validations", [])]
+        iterates = any(f"self.{m}(" in r for r in rules for m in ("all", "exists", "map", "filter"))
+        if iterates and "maxProperties" not in node and "maxItems" not in node:
+            bad.append(path)
+        for key, child in node.get("properties", {}).items():
+            bad += walk(child, f"{path}.{key}")
+        for key in ("items", "additionalProperties"):
+            if isinstance(node.get(key), dict):
+                bad += walk(node[key], f"{path}.{key}")
+        return bad
+
+    assert walk(_spec_schema(kind), "spec") == []
+
+
+@pytest.mark.parametrize("kind", ["StromCluster", "StromTopic"])
+def test_config_values_are_int_or_string_and_booleans_are_quoted(kind):
+    config = _spec_schema(kind)["properties"]["config"]
+    assert config["additionalProperties"] == {"x-kubernetes-int-or-string": True}
+    assert config["maxProperties"] == 256
+    assert 'quote booleans and fractions, e.g. "true"' in config["description"]

@@ -44,3 +44,22 @@ def test_schema_rejects_what_the_model_rejects():
     assert ("spec", "brokers", "replicas") in paths
     assert ("spec", "storage", "size") in paths
     assert ("spec",) in paths  # unknown field
+
+
+@pytest.mark.parametrize("kind", ["StromCluster", "StromTopic"])
+def test_config_takes_integers_and_strings_and_refuses_bare_booleans(kind):
+    """The CRD's config values are int-or-string (the API server compiles CEL against a typed
+    schema): an unquoted YAML boolean is refused, by the schema and by the operator's parser."""
+    doc = copy.deepcopy(next(d for _, _, d in DOCS if d["kind"] == kind))
+    validator = validator_for(kind)
+    retention = "log.retention.ms" if kind == "StromCluster" else "retention.ms"
+    doc["spec"]["config"] = {"unclean.leader.election.enable": "false", retention: 1000}
+    assert not list(validator.iter_errors(doc))
+    PARSERS[kind](doc["spec"])
+    doc["spec"]["config"] = {"unclean.leader.election.enable": False}
+    paths = {tuple(e.path) for e in validator.iter_errors(doc)}
+    assert ("spec", "config", "unclean.leader.election.enable") in paths
+    with pytest.raises(specs.SpecError) as err:
+        PARSERS[kind](doc["spec"])
+    assert 'quote it: unclean.leader.election.enable: "false"' in str(err.value)
+    assert "spec.config[unclean.leader.election.enable]" in str(err.value)

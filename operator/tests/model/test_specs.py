@@ -169,3 +169,21 @@ def test_transition_rules():
     assert specs.check_transition(a, b) == [
         e for e in specs.check_transition(a, b) if "storageClassName" in e.message
     ]
+
+
+def test_config_accepts_integers_and_strings_and_names_the_fix_for_the_rest():
+    from strom_operator.model.fields import CONFIG_MAX_KEYS
+
+    base = {"storage": {"size": "10Gi"}}
+    ok = specs.parse_cluster({**base, "config": {"num.partitions": 3, "log.retention.ms": "1000"}})
+    assert ok.config == {"num.partitions": 3, "log.retention.ms": "1000"}
+    with pytest.raises(specs.SpecError) as err:
+        specs.parse_cluster({**base, "config": {"auto.create.topics.enable": True,
+                                                "num.partitions": 1.5}})
+    text = str(err.value)
+    assert 'spec.config[auto.create.topics.enable]' in text
+    assert 'quote it: auto.create.topics.enable: "true"' in text
+    assert 'quote it: num.partitions: "1.5"' in text
+    many = {f"k{i}": "v" for i in range(CONFIG_MAX_KEYS + 1)}
+    with pytest.raises(specs.SpecError, match=f"at most {CONFIG_MAX_KEYS}"):
+        specs.parse_topic({"clusterRef": {"name": "c"}, "partitions": 1, "config": many})

@@ -15,7 +15,15 @@ once.
 
 Supported field types: ``str``, ``int``, ``float``, ``bool``, ``Literal[...]`` of strings or ints,
 ``X | None`` (optional, never required), ``list[X]``, ``dict[str, str]``, :data:`ConfigMap`
-(``dict[str, str | int | float | bool]``, schemaless values) and nested dataclasses.
+(``dict[str, str | int]``: ``x-kubernetes-int-or-string`` values) and nested dataclasses.
+
+Why config values are int-or-string and not free-form: the API server compiles every CEL rule
+against the types of the schema beneath it, and a value with no type (only
+``x-kubernetes-preserve-unknown-fields``) can not be converted ("failed to convert to declType for
+CEL validation rules"), so Kubernetes refuses the whole CRD. Int-or-string is the one typed
+schema that still takes both ``retention.ms: 604800000`` and ``cleanup.policy: compact``;
+booleans and fractions must then be quoted (``"true"``, ``"0.5"``). ``maxProperties`` bounds the
+map so the rules' estimated cost stays inside the API server's budget.
 """
 
 from __future__ import annotations
@@ -31,9 +39,20 @@ from strom_operator.model.errors import FieldError, SpecError
 
 T = TypeVar("T")
 
-#: Free-form key/value configuration (Kafka-style properties). Values must be scalars.
-ConfigValue = str | int | float | bool
+#: Key/value configuration (Kafka-style properties). Values are strings or integers, as the
+#: CRD's ``x-kubernetes-int-or-string`` allows; booleans and fractions are quoted strings.
+ConfigValue = str | int
 ConfigMap = dict[str, ConfigValue]
+
+#: Most keys one ``config`` map may hold (``maxProperties``). The API server estimates a CEL
+#: rule's cost from the largest map the schema allows; without a bound the ``config`` rules
+#: exceed the per-rule budget (measured on Kubernetes 1.34: by a factor of 1.3).
+CONFIG_MAX_KEYS = 256
+
+#: Said in the CRD's description of every ``config`` map and in the operator's errors.
+CONFIG_VALUES_NOTE = (
+    'Values are strings or integers: quote booleans and fractions, e.g. "true", "0.5".'
+)
 
 
 def config_value_str(value: object) -> str:
@@ -250,11 +269,18 @@ def _parse_value(tp: Any, value: Any, path: str, errors: list[FieldError], c: Co
         if not isinstance(value, Mapping):
             errors.append(FieldError(path, "must be a map of key: value"))
             return {}
+        if len(value) > CONFIG_MAX_KEYS:
+            errors.append(FieldError(path, f"has {len(value)} keys; at most {CONFIG_MAX_KEYS}"))
         out: dict[str, ConfigValue] = {}
         for k, v in value.items():
-            if not isinstance(v, str | int | float | bool):
+            if isinstance(v, bool) or not isinstance(v, str | int):
+                quoted = config_value_str(v) if isinstance(v, bool | float) else "..."
                 errors.append(
-                    FieldError(f"{path}[{k}]", f"must be a string, number or boolean{fix}")
+                    FieldError(
+                        f"{path}[{k}]",
+                        f"must be a string or an integer, got {v!r}; quote it: {k}: "
+                        f'"{quoted}" (the CRD declares config values int-or-string){fix}',
+                    )
                 )
             else:
                 out[str(k)] = v
@@ -369,7 +395,10 @@ def _schema_of_dataclass(cls: type) -> dict[str, Any]:
         schema = _schema_of(tp, c)
         if c.description:
             rest = {k: v for k, v in schema.items() if k != "description"}
-            schema = {"description": c.description, **rest}
+            # A config map's own note (how to write values) follows the field's description.
+            own = schema.get("description") if _is_config_map(_unwrap_optional(tp)[0]) else None
+            text = f"{c.description} {own}" if own else c.description
+            schema = {"description": text, **rest}
         default = _default_of(f)
         if default is not None:
             schema["default"] = default
@@ -415,7 +444,9 @@ def _schema_of(tp: Any, c: Constraints) -> dict[str, Any]:
     if _is_config_map(tp):
         return {
             "type": "object",
-            "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
+            "description": CONFIG_VALUES_NOTE,
+            "maxProperties": CONFIG_MAX_KEYS,
+            "additionalProperties": {"x-kubernetes-int-or-string": True},
         }
     if origin is dict:
         return {"type": "object", "additionalProperties": {"type": "string"}}

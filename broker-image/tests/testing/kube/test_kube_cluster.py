@@ -186,6 +186,34 @@ def _operator_pod(kube: tuple[Path, Paths]) -> dict[str, object]:
     return dict(running[0])
 
 
+def _dry_run(kube: tuple[Path, Paths], manifest: str) -> subprocess.CompletedProcess[str]:
+    bin_dir, paths = kube
+    return subprocess.run([str(bin_dir / "kubectl"), f"--kubeconfig={paths.admin_kubeconfig}",
+                           "-n", "default", "apply", "--dry-run=server", "-f", "-"],
+                          input=manifest, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _topic(config: str, replication_factor: int = 3) -> str:
+    return ("apiVersion: strom.dev/v1alpha1\nkind: StromTopic\nmetadata: {name: t}\n"
+            f"spec:\n  clusterRef: {{name: c}}\n  partitions: 1\n"
+            f"  replicationFactor: {replication_factor}\n  config:\n{config}")
+
+
+def _the_api_server_runs_the_crds_rules(kube: tuple[Path, Paths]) -> None:
+    """The examples (booleans quoted) pass the API server's schema and CEL rules; a bare boolean
+    in config, and min.insync.replicas above the replication factor (as int or string), do not."""
+    for example in sorted((REPO / "crds" / "examples").glob("*.yaml")):
+        done = _dry_run(kube, example.read_text())
+        assert done.returncode == 0, f"{example.name}: {done.stderr}"
+    bare = _dry_run(kube, _topic("    unclean.leader.election.enable: false\n"))
+    assert bare.returncode != 0
+    assert "spec.config.unclean.leader.election.enable" in bare.stderr, bare.stderr
+    for value in ("3", '"3"'):
+        refused = _dry_run(kube, _topic(f"    min.insync.replicas: {value}\n", 2))
+        assert "must not exceed replicationFactor" in refused.stderr, refused.stderr
+        assert _dry_run(kube, _topic(f"    min.insync.replicas: {value}\n", 3)).returncode == 0
+
+
 def test_the_chart_installs_upgrades_and_uninstalls(kube: tuple[Path, Paths]) -> None:
     if not (kube[0] / "helm").exists():
         pytest.fail(f"helm is not built in {kube[0]} (kube/build.sh builds it)")
@@ -202,6 +230,7 @@ def test_the_chart_installs_upgrades_and_uninstalls(kube: tuple[Path, Paths]) ->
     assert sorted(names) == ["stromclusters.strom.dev", "stromconsumergroups.strom.dev",
                              "stromtopics.strom.dev"]
     _kubectl(kube, "wait", "--for=condition=Established", *[f"crd/{n}" for n in names])
+    _the_api_server_runs_the_crds_rules(kube)
     pod = _operator_pod(kube)
     spec = pod["spec"]
     assert isinstance(spec, dict)
@@ -231,9 +260,19 @@ def test_the_chart_installs_upgrades_and_uninstalls(kube: tuple[Path, Paths]) ->
         time.sleep(1)
     assert "--log-level=DEBUG" in new["spec"]["containers"][0]["args"]  # type: ignore[index]
     _helm(kube, "uninstall", RELEASE, "-n", RELEASE_NS, "--wait", "--timeout=5m")
-    left = json.loads(_kubectl(kube, "-n", RELEASE_NS, "get", "deploy,sa,pods", "-o", "json"))
-    assert [i["metadata"]["name"] for i in left["items"]
-            if i["kind"] != "ServiceAccount" or i["metadata"]["name"] != "default"] == []
+    # helm deletes the Deployment; its pods go afterwards (garbage collection, then the pod's
+    # grace period), so `--wait` can return while the last one is still terminating.
+    started = time.monotonic()
+    while True:
+        left = json.loads(_kubectl(kube, "-n", RELEASE_NS, "get", "deploy,sa,pods", "-o", "json"))
+        names = [i["metadata"]["name"] for i in left["items"]
+                 if i["kind"] != "ServiceAccount" or i["metadata"]["name"] != "default"]
+        if not names or time.monotonic() - started > 120:
+            break
+        time.sleep(1)
+    print(f"uninstall: the release's objects were gone {time.monotonic() - started:.1f} s "
+          "after helm uninstall returned")
+    assert names == [], "left 120 s after helm uninstall"
 
 
 def test_down_removes_everything(kube: tuple[Path, Paths]) -> None:

@@ -156,3 +156,22 @@ def test_bad_input_is_refused_with_the_field_named(tmp_path: Path) -> None:
     finally:
         proc.stop()
     assert os.path.exists(tmp_path / "s.log")
+
+
+def test_free_ports_lie_outside_the_kernels_ephemeral_range(tmp_path: Path) -> None:
+    """Outgoing connections take their local port from the ephemeral range; a test port picked
+    there could be taken before the broker binds it ("address already in use")."""
+    from strom.testing.process import TEST_PORTS_FLOOR, free_ports, port_pick_range
+
+    low, high = (int(x) for x in
+                 Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = free_ports(50)
+    assert len(set(ports)) == 50
+    assert all(not (low <= p <= high) for p in ports), (low, high, ports)
+
+    narrow = tmp_path / "range"
+    narrow.write_text("32768\t60999\n")
+    assert port_pick_range(narrow) == range(TEST_PORTS_FLOOR, 32768)
+    wide = tmp_path / "wide"
+    wide.write_text("15000 60000\n")
+    assert port_pick_range(wide) == range(60001, 65536)

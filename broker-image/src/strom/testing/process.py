@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -86,11 +87,55 @@ class ProcessStartError(RuntimeError):
 # --- ports and directories --------------------------------------------------------------------
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+"""The kernel's range for outgoing connections' local ports."""
+
+TEST_PORTS_FLOOR = 20000
+"""Test ports are picked at or above this (below it live well-known defaults, e.g. 9092, 19092)."""
+
+_PICK_ATTEMPTS = 500
+
+
+def port_pick_range(range_file: Path = EPHEMERAL_RANGE_FILE) -> range:
+    """Ports to pick test ports from: outside the kernel's ephemeral range.
+
+    A port picked by binding to port 0 lies in the ephemeral range, so between the pick and the
+    broker's own bind any outgoing connection (another broker's, a client's) can take it as its
+    local port, and the broker then fails with "address already in use" (seen in CI: a broker's
+    Kafka listener, 1 run in 2,592 tests). Ports outside that range are never handed out by the
+    kernel; only another test's explicit bind can take one, and the pick checks that.
+    """
+    try:
+        low, high = (int(x) for x in range_file.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    if low - TEST_PORTS_FLOOR >= 1000:
+        return range(TEST_PORTS_FLOOR, low)
+    return range(high + 1, 65536)
+
+
+def _bind_outside_ephemeral(host: str, taken: set[int]) -> socket.socket:
+    """A socket bound to a random port outside the ephemeral range (port 0 if none is free)."""
+    ports = port_pick_range()
+    for _ in range(_PICK_ATTEMPTS if len(ports) else 0):
+        port = random.choice(ports)
+        if port in taken:
+            continue
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            continue
+        return sock
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((host, 0))
+    return sock
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind to port 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port that was free a moment ago, outside the kernel's ephemeral range."""
+    return free_ports(1, host)[0]
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -99,11 +144,12 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     A cluster needs its ports before any node starts (each voter names the others' ports).
     """
     socks: list[socket.socket] = []
+    taken: set[int] = set()
     try:
         for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock = _bind_outside_ephemeral(host, taken)
             socks.append(sock)
-            sock.bind((host, 0))
+            taken.add(int(sock.getsockname()[1]))
         return [int(s.getsockname()[1]) for s in socks]
     finally:
         for sock in socks:

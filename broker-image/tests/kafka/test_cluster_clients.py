@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -22,7 +23,7 @@ def test_three_brokers_rf3_produce_all_and_consume_through_the_kafka_listener(
         admin.create_topic("orders", partitions=6, replication_factor=3)
         p = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all",
                       "enable.idempotence": True})
-        meta = p.list_topics("orders", timeout=20)
+        meta = _metadata_with_partitions(p, "orders", 6)
         assert {(b.id, b.host, b.port) for b in meta.brokers.values()} == {
             (bid, "127.0.0.1", b.kafka_port) for bid, b in cluster.brokers.items()}
         topic = meta.topics["orders"]
@@ -47,6 +48,21 @@ def test_three_brokers_rf3_produce_all_and_consume_through_the_kafka_listener(
         c.close()
         assert values == {b"o%d" % i for i in range(600)}
         _reorder_replicas_and_elect_the_new_preferred_leader(cluster)
+
+
+def _metadata_with_partitions(p: Producer, topic: str, count: int, timeout: float = 30.0
+                              ) -> Any:
+    """Metadata once the broker librdkafka asks knows the new topic (as in Kafka, CreateTopics
+    answers when the controller committed it; a broker may apply it a moment later)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = p.list_topics(topic, timeout=10)
+        t = meta.topics[topic]
+        if t.error is None and len(t.partitions) == count:
+            return meta
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topic {topic} not in metadata after {timeout}s: {t.error}")
+        time.sleep(0.2)
 
 
 def _reorder_replicas_and_elect_the_new_preferred_leader(cluster: Cluster) -> None:

@@ -53,6 +53,22 @@ async def test_critical_task_is_fatal_at_first_failure() -> None:
     assert fatal == ["raft-driver"]
 
 
+async def test_a_fatal_error_escalates_at_once_as_one_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    fatal: list[str] = []
+    Supervisor(lambda name, exc: fatal.append(name), FAST).install()
+
+    async def work() -> None:
+        raise supervision.FatalError("the disk failed; repair it")
+
+    with pytest.raises(supervision.FatalError):
+        await supervision.spawn("worker", work, restartable=True)
+    assert fatal == ["worker"]
+    lines = [r for r in caplog.records if r.name == "strom.supervision"]
+    assert [r.getMessage() for r in lines] == ["task worker failed: the disk failed; repair it"]
+    assert lines[0].exc_info is None
+
+
 async def test_cancellation_is_not_a_failure() -> None:
     fatal: list[str] = []
     Supervisor(lambda name, exc: fatal.append(name), FAST).install()

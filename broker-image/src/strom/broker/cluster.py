@@ -89,7 +89,6 @@ class ClusterLink:
         raft_dir = Path(config.log_dirs[0]) / RAFT_DIR
         self.fresh = not raft_dir.exists()
         """True when this start created the metadata log (no earlier cluster state here)."""
-        raft_dir.mkdir(parents=True, exist_ok=True)
         peers = {n: a for n, a in self.voters.items() if n != self.broker_id}
         election_ms = int(config.get("controller.election.timeout.ms"))
         heartbeat_ms = int(config.get("controller.heartbeat.interval.ms"))

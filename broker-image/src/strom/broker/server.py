@@ -61,7 +61,7 @@ from strom.protocol.v1 import (
 from strom.request_guard import RequestGuard
 from strom.shutdown import cancel_and_wait, stop_on_signals
 from strom.storage import fileops
-from strom.supervision import Supervisor
+from strom.supervision import FatalError, Supervisor
 
 log = logging.getLogger("strom.broker")
 
@@ -104,7 +104,8 @@ class BrokerServer:
     def _fatal(self, task: str, exc: BaseException) -> None:
         """A critical task failed: not ready from now on, and stop (the exit is non-zero)."""
         self.ready = False
-        self.failure = f"task {task} failed: {type(exc).__name__}: {exc}"
+        what = exc if isinstance(exc, FatalError) else f"{type(exc).__name__}: {exc}"
+        self.failure = f"task {task} failed: {what}"
         if self.core is not None:
             self.core.metrics.up.set(0)
         if self.stop_event is not None:

@@ -26,8 +26,10 @@ consistency check replaces it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -35,8 +37,38 @@ import crc32c
 
 from strom.controller.messages import LogEntry
 from strom.controller.raft import EMPTY_SNAPSHOT, Persist, PersistentState, Snapshot
+from strom.protocol.errors import ErrorCode, StromError
+from strom.storage import fileops
+from strom.supervision import FatalError
 
-__all__ = ["DiskRaftLog", "MemoryRaftLog", "RaftLog", "persist"]
+__all__ = ["DiskRaftLog", "MemoryRaftLog", "MetadataLogError", "RaftLog", "persist"]
+
+
+class MetadataLogError(FatalError, StromError):
+    """The metadata log's directory failed I/O (disk full, read-only, EIO).
+
+    Nothing can be promised to the quorum once a vote or an entry cannot be made durable, so
+    the broker stops - as Kafka's broker halts when its metadata log directory fails - with this
+    one-line message (no traceback) and a non-zero exit status; its partitions' leadership moves
+    to the other brokers, which fence it."""
+
+    def __init__(self, directory: Path, exc: OSError) -> None:
+        reason = exc.strerror or str(exc)
+        where = f" ({exc.filename})" if exc.filename else ""
+        super().__init__(
+            ErrorCode.KAFKA_STORAGE_ERROR,
+            f"the metadata log directory {directory} failed: {reason}{where}; the broker stops, "
+            f"as Kafka does when its metadata log directory fails: free space or repair the "
+            f"disk of the first log.dirs entry, then start the broker again")
+        self.errno = exc.errno
+
+
+@contextlib.contextmanager
+def _io(directory: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise MetadataLogError(directory, exc) from exc
 
 _RECORD_HEAD = struct.Struct(">II")  # length of the rest, crc32c of the body
 _BODY_HEAD = struct.Struct(">QQ")  # term, index
@@ -112,19 +144,42 @@ class MemoryRaftLog:
 
 
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = fileops.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fileops.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[fileops.write(fd, view):]
+
+
+def _write_file(path: Path, data: bytes, flags: int) -> None:
+    """Write ``data`` to ``path`` (created, ``flags`` added) and fsync it, through the storage
+    file-system seam (so tests can fail the metadata log's disk as they fail a partition's)."""
+    fd = fileops.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o644)
+    try:
+        _write_all(fd, data)
+        fileops.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _truncate(path: Path, length: int) -> None:
+    fd = fileops.open(path, os.O_WRONLY)
+    try:
+        fileops.ftruncate(fd, length)
+        fileops.fsync(fd)
     finally:
         os.close(fd)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    _write_file(tmp, data, os.O_TRUNC)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 
@@ -163,7 +218,8 @@ class DiskRaftLog:
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        with _io(self.dir):
+            self.dir.mkdir(parents=True, exist_ok=True)
         self._state_path = self.dir / "state"
         self._snap_path = self.dir / "snapshot"
         self._log_path = self.dir / "log"
@@ -175,15 +231,16 @@ class DiskRaftLog:
     # -- loading ---------------------------------------------------------------------------
 
     def load(self) -> PersistentState:
+        with _io(self.dir):
+            return self._load()
+
+    def _load(self) -> PersistentState:
         term, voted_for = self._load_state()
         self._snapshot = self._load_snapshot()
         data = self._log_path.read_bytes() if self._log_path.exists() else b""
         entries, offsets = decode_records(data)
-        if offsets[-1] != len(data):
-            with open(self._log_path, "r+b") as f:  # a torn or corrupt tail: cut it off
-                f.truncate(offsets[-1])
-                f.flush()
-                os.fsync(f.fileno())
+        if offsets[-1] != len(data):  # a torn or corrupt tail: cut it off
+            _truncate(self._log_path, offsets[-1])
         self._entries, self._offsets = entries, offsets
         self._loaded = True
         kept = tuple(e for e in entries if e.index > self._snapshot.index)
@@ -223,15 +280,17 @@ class DiskRaftLog:
 
     def save_hard_state(self, term: int, voted_for: int | None) -> None:
         rest = _STATE.pack(0, term, -1 if voted_for is None else voted_for)[4:]
-        _write_atomically(self._state_path, struct.pack(">I", crc32c.crc32c(rest)) + rest)
+        with _io(self.dir):
+            _write_atomically(self._state_path, struct.pack(">I", crc32c.crc32c(rest)) + rest)
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         self._check_loaded()
         rest = _SNAP_HEAD.pack(0, snapshot.index, snapshot.term, len(snapshot.data))[4:]
         rest += snapshot.data
-        _write_atomically(self._snap_path, struct.pack(">I", crc32c.crc32c(rest)) + rest)
-        self._snapshot = snapshot
-        self._rewrite(tuple(e for e in self._entries if e.index > snapshot.index))
+        with _io(self.dir):
+            _write_atomically(self._snap_path, struct.pack(">I", crc32c.crc32c(rest)) + rest)
+            self._snapshot = snapshot
+            self._rewrite(tuple(e for e in self._entries if e.index > snapshot.index))
 
     def _rewrite(self, entries: tuple[LogEntry, ...]) -> None:
         records = [encode_record(e) for e in entries]
@@ -246,10 +305,8 @@ class DiskRaftLog:
         if not self._entries or from_index > self._entries[-1].index:
             return
         k = max(0, from_index - self._entries[0].index)
-        with open(self._log_path, "r+b") as f:
-            f.truncate(self._offsets[k])
-            f.flush()
-            os.fsync(f.fileno())
+        with _io(self.dir):
+            _truncate(self._log_path, self._offsets[k])
         del self._entries[k:]
         del self._offsets[k + 1 :]
 
@@ -261,10 +318,13 @@ class DiskRaftLog:
         if entries[0].index != expected:
             raise ValueError(f"append at {entries[0].index}, log expects {expected}")
         records = [encode_record(e) for e in entries]
-        with open(self._log_path, "ab") as f:
-            f.write(b"".join(records))
-            f.flush()
-            os.fsync(f.fileno())
+        with _io(self.dir):
+            try:
+                _write_file(self._log_path, b"".join(records), os.O_APPEND)
+            except OSError:  # leave no partial record behind (recovery would cut it anyway)
+                with contextlib.suppress(OSError):
+                    _truncate(self._log_path, self._offsets[-1])
+                raise
         for e, r in zip(entries, records, strict=True):
             self._entries.append(e)
             self._offsets.append(self._offsets[-1] + len(r))

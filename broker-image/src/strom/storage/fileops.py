@@ -10,7 +10,8 @@ A broker process installs a plan from ``STROM_FAULT_FS`` at start (a test hook, 
 ``STROM_FAULT_TASK``): ``ERRNO:OPS[:PATH_PART[:AFTER[:COUNT]]]``, e.g.
 ``ENOSPC:pwrite,pwritev:/t-0/:3`` fails every data write of partition ``t-0`` after the first 3
 (``COUNT`` 0 = always). Only ``open`` sees paths; writes on a descriptor match the path it was
-opened with.
+opened with. With ``STROM_FAULT_FS_WHEN=<file>`` as well, the plan applies only while that file
+exists, so a test can fill the disk of a running broker at the moment it chooses.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["ENV", "Faults", "fsync", "ftruncate", "install", "install_from_env", "open",
+__all__ = ["ENV", "WHEN_ENV", "Faults", "fsync", "ftruncate", "install", "install_from_env", "open",
            "pwrite", "pwritev", "write"]
 
 ENV = "STROM_FAULT_FS"
+WHEN_ENV = "STROM_FAULT_FS_WHEN"
 
 Buffer = bytes | bytearray | memoryview
 
@@ -41,6 +43,8 @@ class Faults:
     """Failures before the fault clears (0: never clears)."""
     calls: int = 0
     failed: int = 0
+    when: str = ""
+    """If set, the plan applies only while a file at this path exists."""
 
     @classmethod
     def parse(cls, text: str) -> Faults:
@@ -56,6 +60,8 @@ class Faults:
 
     def check(self, op: str, path: str) -> None:
         if op not in self.ops or self.path_part not in path:
+            return
+        if self.when and not os.path.exists(self.when):
             return
         if self.count and self.failed >= self.count:
             return
@@ -80,7 +86,10 @@ def install(faults: Faults | None) -> None:
 
 def install_from_env() -> Faults | None:
     text = os.environ.get(ENV, "")
-    install(Faults.parse(text) if text else None)
+    faults = Faults.parse(text) if text else None
+    if faults is not None:
+        faults.when = os.environ.get(WHEN_ENV, "")
+    install(faults)
     return _faults
 
 

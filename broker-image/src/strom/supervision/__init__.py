@@ -3,6 +3,7 @@
 from strom.supervision.policy import Escalate, Restart, RestartPolicy, TaskHistory
 from strom.supervision.tasks import (
     FAULT_ENV,
+    FatalError,
     InjectedFault,
     Supervisor,
     current,
@@ -10,5 +11,5 @@ from strom.supervision.tasks import (
     spawn,
 )
 
-__all__ = ["FAULT_ENV", "Escalate", "InjectedFault", "Restart", "RestartPolicy", "Supervisor",
-           "TaskHistory", "current", "failed", "spawn"]
+__all__ = ["FAULT_ENV", "Escalate", "FatalError", "InjectedFault", "Restart", "RestartPolicy",
+           "Supervisor", "TaskHistory", "current", "failed", "spawn"]

@@ -33,7 +33,7 @@ from typing import Any
 from strom.ratelimit import RateLimitedLog
 from strom.supervision.policy import Escalate, RestartPolicy, TaskHistory
 
-__all__ = ["FAULT_ENV", "InjectedFault", "Supervisor", "current", "failed", "spawn"]
+__all__ = ["FAULT_ENV", "FatalError", "InjectedFault", "Supervisor", "current", "failed", "spawn"]
 
 log = logging.getLogger("strom.supervision")
 _log = RateLimitedLog(log)
@@ -41,6 +41,12 @@ _log = RateLimitedLog(log)
 FAULT_ENV = "STROM_FAULT_TASK"
 
 OnFatal = Callable[[str, BaseException], None]
+
+
+class FatalError(Exception):
+    """A failure no restart can cure, whose message says everything (what failed and the fix),
+    e.g. the metadata log's disk: it escalates at once, even in a restartable task, and is
+    logged as that one line, without a traceback."""
 
 
 class InjectedFault(RuntimeError):
@@ -68,10 +74,15 @@ class Supervisor:
     def decide(self, name: str, exc: BaseException, *, restartable: bool) -> float | None:
         """Log a failure of ``name``; the delay before restarting it, or None once escalated."""
         history = self._histories.setdefault(name, TaskHistory())
-        decision = self.policy.decide(history, self._clock(), restartable=restartable)
+        fatal = isinstance(exc, FatalError)
+        decision = self.policy.decide(history, self._clock(),
+                                      restartable=restartable and not fatal)
         if isinstance(decision, Escalate):
-            log.critical("task %s failed (%s: %s) and %s: stopping", name, type(exc).__name__,
-                         exc, decision.reason, exc_info=exc)
+            if fatal:
+                log.critical("task %s failed: %s", name, exc)
+            else:
+                log.critical("task %s failed (%s: %s) and %s: stopping", name,
+                             type(exc).__name__, exc, decision.reason, exc_info=exc)
             if self.fatal is None:
                 self.fatal = (name, exc)
                 self.on_fatal(name, exc)

@@ -35,7 +35,10 @@ def test_parse_overrides():
     ({"max.compaction.lag.ms": "0"}, "max.compaction.lag.ms='0' is out of range"),
     ({"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"},
      "min.compaction.lag.ms=5000 is larger than max.compaction.lag.ms=1000"),
-    ({"compression.type": "zstd"}, "is a Kafka topic config that Strom does not implement"),
+    ({"compression.type": "brotli"}, "use one of: producer, uncompressed, gzip"),
+    ({"min.cleanable.dirty.ratio": "1.5"}, "out of range [0, 1]"),
+    ({"min.cleanable.dirty.ratio": "half"}, "is not a number"),
+    ({"file.delete.delay.ms": "-1"}, "file.delete.delay.ms='-1' is out of range"),
 ])
 def test_errors_name_key_value_and_fix(raw, fragment):
     with pytest.raises(StromError) as err:

@@ -9,6 +9,7 @@ when the file is out of date. Pure apart from that ``__main__`` entry.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -53,9 +54,10 @@ def topic_markdown() -> str:
     for name in sorted(TOPIC_CONFIG_DEFS):
         d = TOPIC_CONFIG_DEFS[name]
         rows.append(f"| `{name}` | {d.type} | `{format_value(d.default)}` | {d.doc} |")
-    unsupported = ", ".join(f"`{k}`" for k in UNSUPPORTED_TOPIC_CONFIGS)
-    rows.append("")
-    rows.append(f"Refused by name (each {UNSUPPORTED_MESSAGE}): {unsupported}.")
+    if UNSUPPORTED_TOPIC_CONFIGS:
+        unsupported = ", ".join(f"`{k}`" for k in UNSUPPORTED_TOPIC_CONFIGS)
+        rows.append("")
+        rows.append(f"Refused by name (each {UNSUPPORTED_MESSAGE}): {unsupported}.")
     return "\n".join(rows)
 
 
@@ -96,11 +98,18 @@ def render_into(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m strom.cli.config_docs DOC.md", file=sys.stderr)
-        return 2
-    path = Path(argv[0])
-    path.write_text(render_into(path.read_text(encoding="utf-8")), encoding="utf-8")
+    parser = argparse.ArgumentParser(
+        prog="python -m strom.cli.config_docs",
+        description="Rewrite the generated config tables (between their <!-- generated --> "
+                    "markers) of a Markdown file from the broker's and topics' config tables.")
+    parser.add_argument("doc", type=Path, help="the Markdown file, e.g. docs/operations.md")
+    args = parser.parse_args(argv)
+    path: Path = args.doc
+    try:
+        path.write_text(render_into(path.read_text(encoding="utf-8")), encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        print(f"config_docs: error: {path}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

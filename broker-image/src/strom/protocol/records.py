@@ -195,6 +195,36 @@ def encode_batch(
     return builder.build()
 
 
+def recompress(buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader],
+               target: Compression) -> bytes | None:
+    """The batches of a produce request, each whose codec is not ``target`` rebuilt with it
+    (a topic's ``compression.type``, as Kafka's log validator recompresses); None if every batch
+    already uses it.
+
+    Producer fields, the transactional flag, offset deltas and timestamps are kept, so sequence
+    checks and offset assignment behave as for the original; control batches are kept as sent.
+    The records were validated before (``strom.protocol.validation``), so decoding cannot fail.
+    """
+    if all(h.compression == target or h.is_control for h in headers):
+        return None
+    mv = memoryview(buf)
+    parts: list[bytes] = []
+    for h in headers:
+        raw = mv[h.position : h.position + h.size]
+        if h.compression == target or h.is_control:
+            parts.append(bytes(raw))
+            continue
+        builder = DefaultRecordBatchBuilder(
+            magic=2, compression_type=int(target), is_transactional=int(h.is_transactional),
+            producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence, batch_size=(1 << 31) - 1)
+        for r in DefaultRecordBatch(bytes(raw)):
+            builder.append(r.offset - h.base_offset, r.timestamp, r.key, r.value,
+                           list(r.headers))
+        parts.append(bytes(builder.build()))
+    return b"".join(parts)
+
+
 def decode_batches(
     buf: bytes | memoryview, topic: str = "", partition: int = -1, start_offset: int = 0
 ) -> Iterator[Record]:

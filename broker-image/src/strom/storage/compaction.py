@@ -13,6 +13,11 @@ What it does, as Kafka does:
 * Records with a null key are kept (Kafka rejects them at produce time on compacted topics; we keep
   whatever got in rather than silently dropping data).
 * Control batches are kept as they are.
+* A pass runs only when it can pay off (:func:`compaction_due`, Kafka's cleaner manager): the
+  not-yet-cleaned share of the cleanable bytes exceeds ``min.cleanable.dirty.ratio``, or the oldest
+  dirty record is older than ``max.compaction.lag.ms``, or a tombstone the last pass kept has
+  outlived ``delete.retention.ms`` (KIP-534). Where the first dirty offset lives only in memory,
+  a broker restart counts everything as dirty, as Kafka does without its cleaner checkpoint.
 
 Where it differs (simpler, documented):
 * A tombstone expires when its own timestamp is older than ``delete.retention.ms`` (Kafka >= 3.1
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from strom.protocol.batch import (
     ATTR_COMPRESSION_MASK,
@@ -34,6 +40,7 @@ from strom.protocol.batch import (
     compute_crc,
 )
 from strom.protocol.records import Record, decode_batches
+from strom.storage.config import LogConfig
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC = struct.Struct(">I")
@@ -103,18 +110,27 @@ def update_key_map(latest: dict[bytes, int], records: Iterable[Record]) -> None:
             latest[r.key] = r.offset
 
 
+@dataclass(frozen=True, slots=True)
+class FilteredBatch:
+    """What compaction left of one batch."""
+
+    data: bytes | None  # the batch to write (the input unchanged if nothing went), None if empty
+    removed: int  # records removed
+    tombstone_expiry_ms: int | None  # when the earliest tombstone kept becomes removable
+
+
 def filter_batch(h: BatchHeader, data: bytes | memoryview, latest: dict[bytes, int],
-                 now_ms: int, delete_retention_ms: int, fallback_ts: int
-                 ) -> tuple[bytes | None, int]:
-    """(new batch bytes or None if nothing is left, records removed) for one batch.
+                 now_ms: int, delete_retention_ms: int, fallback_ts: int) -> FilteredBatch:
+    """Drop superseded records and expired tombstones from one batch.
 
     Unchanged batches are returned byte for byte. ``fallback_ts`` ages tombstones that carry no
     timestamp.
     """
     if h.is_control or h.records_count == 0:
-        return bytes(data), 0
+        return FilteredBatch(bytes(data), 0, None)
     records = batch_records(data)
     kept = []
+    expiry: int | None = None
     for r in records:
         if r.key is None:
             kept.append(r)
@@ -125,10 +141,56 @@ def filter_batch(h: BatchHeader, data: bytes | memoryview, latest: dict[bytes, i
             ts = r.timestamp if r.timestamp >= 0 else fallback_ts
             if now_ms - ts > delete_retention_ms:
                 continue  # an expired tombstone
+            due = ts + delete_retention_ms + 1
+            expiry = due if expiry is None else min(expiry, due)
         kept.append(r)
     removed = len(records) - len(kept)
     if removed == 0:
-        return bytes(data), 0
+        return FilteredBatch(bytes(data), 0, expiry)
     if not kept:
-        return None, removed
-    return rebuild_batch(h, kept), removed
+        return FilteredBatch(None, removed, expiry)
+    return FilteredBatch(rebuild_batch(h, kept), removed, expiry)
+
+
+@dataclass(frozen=True, slots=True)
+class CleanableSegment:
+    """What the compaction decision needs of one closed segment."""
+
+    base_offset: int
+    next_offset: int
+    size: int
+    first_timestamp: int  # the first batch's base timestamp (-1 if none)
+    max_timestamp: int
+
+
+def cleanable_prefix(closed: Sequence[CleanableSegment], config: LogConfig,
+                     now_ms: int) -> int:
+    """How many of the oldest closed segments a pass may clean: up to the first one holding a
+    record younger than ``min.compaction.lag.ms``."""
+    if config.min_compaction_lag_ms <= 0:
+        return len(closed)
+    horizon = now_ms - config.min_compaction_lag_ms
+    for k, seg in enumerate(closed):
+        if seg.max_timestamp > horizon:
+            return k
+    return len(closed)
+
+
+def compaction_due(closed: Sequence[CleanableSegment], config: LogConfig, now_ms: int,
+                   first_dirty_offset: int, tombstone_expiry_ms: int | None) -> bool:
+    """Whether a compaction pass is worth running now (Kafka's ``LogCleanerManager`` rules).
+
+    ``first_dirty_offset`` is where the last pass stopped (0 before any pass: all dirty).
+    """
+    if tombstone_expiry_ms is not None and now_ms >= tombstone_expiry_ms:
+        return True
+    cleanable = closed[:cleanable_prefix(closed, config, now_ms)]
+    dirty = [s for s in cleanable if s.next_offset > first_dirty_offset]
+    if not dirty:
+        return False
+    first = dirty[0].first_timestamp
+    if first >= 0 and now_ms - first > config.max_compaction_lag_ms:
+        return True  # Kafka's "needCompactionNow"
+    dirty_bytes = sum(s.size for s in dirty)
+    total = sum(s.size for s in cleanable)
+    return dirty_bytes > 0 and dirty_bytes / total > config.min_cleanable_dirty_ratio

@@ -41,6 +41,9 @@ class LogConfig:
     message_timestamp_after_max_ms: int = 3600000  # message.timestamp.after.max.ms (Kafka 4)
     min_insync_replicas: int = 1  # min.insync.replicas (used by replication)
     unclean_leader_election_enable: bool = False
+    compression_type: str = "producer"  # compression.type: producer | uncompressed | a codec
+    file_delete_delay_ms: int = 60000  # file.delete.delay.ms (deleted segments linger this long)
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
 
     @property
     def compact(self) -> bool:
@@ -106,6 +109,16 @@ def _choice(*choices: str) -> Validator:
         return value
 
     return parse
+
+
+def _ratio(name: str, value: str) -> float:
+    try:
+        number = float(value.strip())
+    except ValueError:
+        raise _bad(name, value, "is not a number; use a ratio between 0 and 1") from None
+    if not 0.0 <= number <= 1.0:
+        raise _bad(name, value, "is out of range [0, 1]; use a ratio between 0 and 1")
+    return number
 
 
 def _policy(name: str, value: str) -> str:
@@ -192,17 +205,24 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
                   _D.unclean_leader_election_enable, _bool,
                   "Allow an out-of-sync replica to become leader (may lose data).",
                   "unclean_leader_election_enable"),
+        ConfigDef("compression.type", "string", _D.compression_type,
+                  _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+                  "Codec the log stores batches in: producer keeps the producer's, another value "
+                  "makes the leader recompress batches that differ.", "compression_type"),
+        ConfigDef("file.delete.delay.ms", "long", _D.file_delete_delay_ms, _int(0, hint=_MS),
+                  "How long a segment deleted by retention or compaction stays on disk (renamed "
+                  "*.deleted) before its files are removed.", "file_delete_delay_ms"),
+        ConfigDef("min.cleanable.dirty.ratio", "double", _D.min_cleanable_dirty_ratio, _ratio,
+                  "Compact only when the not-yet-compacted share of the closed segments' bytes "
+                  "reaches this ratio (or max.compaction.lag.ms forces it).",
+                  "min_cleanable_dirty_ratio"),
     )
 }
 
 
 #: Kafka topic configs Strom does not implement, refused by name (by the broker, the CLI and the
 #: StromTopic CRD alike) rather than accepted and ignored.
-UNSUPPORTED_TOPIC_CONFIGS: tuple[str, ...] = (
-    "compression.type",
-    "file.delete.delay.ms",
-    "min.cleanable.dirty.ratio",
-)
+UNSUPPORTED_TOPIC_CONFIGS: tuple[str, ...] = ()
 #: The one message for them, after the key name.
 UNSUPPORTED_MESSAGE = "is a Kafka topic config that Strom does not implement; remove it"
 

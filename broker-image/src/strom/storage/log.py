@@ -39,7 +39,7 @@ from strom.protocol.batch import (
     validate_batches,
 )
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.records import decode_batches
+from strom.protocol.records import Compression, decode_batches, recompress
 from strom.protocol.validation import RecordPolicy, validate_records
 from strom.storage import compaction, producer_state, recovery, retention
 from strom.storage.checkpoint import (
@@ -104,7 +104,13 @@ class PartitionLog:
         self._epochs = epochs
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
-        self._last_compaction: tuple[int, int] | None = None  # (segment count, time)
+        #: Where the last compaction pass stopped: segments ending at or before it are clean.
+        self._first_dirty_offset = 0
+        #: When the earliest tombstone the last pass kept may go (None: no tombstone kept).
+        self._tombstone_expiry: int | None = None
+        #: Files of segments deleted by retention, removed after ``file.delete.delay.ms``:
+        #: (when, paths), oldest first.
+        self._retired: list[tuple[int, list[Path]]] = []
         self._producers = ProducerStateManager(end_offset=log_start_offset)
         self._last_producer_expiry = clock()
         self._closed = False
@@ -227,6 +233,11 @@ class PartitionLog:
         max_stamps = validate_records(records, headers, RecordPolicy(
             config.log_append_time, config.compact, config.message_timestamp_before_max_ms,
             config.message_timestamp_after_max_ms), now)
+        if config.compression_type != "producer":
+            rebuilt = recompress(records, headers, Compression.parse(config.compression_type))
+            if rebuilt is not None:
+                records = rebuilt
+                headers = validate_batches(records)
         if any(h.producer_id >= 0 for h in headers):
             dup = self._producers.check_all(headers)
             if dup is not None:
@@ -479,6 +490,7 @@ class PartitionLog:
         log.info("truncated %s-%d to offset %d", self.topic, self.partition, end)
         self._hw = min(self._hw, end)
         self._recovery_point = min(self._recovery_point, end)
+        self._first_dirty_offset = min(self._first_dirty_offset, end)  # new records are dirty
         if self._epochs.truncate_from_end(end):
             self._epochs.save()
         self._write_checkpoint()
@@ -495,6 +507,7 @@ class PartitionLog:
         self._log_start_offset = offset
         self._recovery_point = offset
         self._hw = offset
+        self._first_dirty_offset = offset
         self._epochs.clear()
         self._epochs.save()
         producer_state.delete_snapshots(self.directory, below=None, above=-1)
@@ -524,6 +537,7 @@ class PartitionLog:
         if self.offline is not None:
             return 0
         now = self._clock() if now_ms is None else now_ms
+        self.purge_retired(now)
         infos = [retention.SegmentInfo(s.base_offset, s.next_offset, s.size,
                                        s.max_timestamp if s.max_timestamp >= 0 else s.created_ms)
                  for s in self._segments]
@@ -540,22 +554,52 @@ class PartitionLog:
             self._epochs.save()
         self._write_checkpoint()
         for seg in doomed:
-            seg.delete()
+            self._retire(seg, now)
         producer_state.delete_snapshots(self.directory, below=self._log_start_offset)
         log.info("%s-%d: retention deleted %d segments; log start offset is now %d", self.topic,
                  self.partition, len(doomed), self._log_start_offset)
         return len(doomed)
 
+    def _retire(self, seg: LogSegment, now: int) -> None:
+        """Delete a segment now, or rename it ``*.deleted`` and remove it after
+        ``file.delete.delay.ms`` (Kafka's asynchronous delete: a read that already located the
+        segment may still finish; a restart removes leftovers)."""
+        delay = self.config.file_delete_delay_ms
+        if delay <= 0:
+            seg.delete()
+            return
+        self._retired.append((now + delay, seg.retire()))
+
+    def purge_retired(self, now_ms: int, *, everything: bool = False) -> int:
+        """Remove the files of retired segments whose delay has passed (all of them when
+        ``everything``: at close, as nothing can read them any more); returns how many."""
+        done = 0
+        while self._retired and (everything or self._retired[0][0] <= now_ms):
+            for path in self._retired.pop(0)[1]:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            done += 1
+        return done
+
+    def _cleanable_segments(self) -> list[compaction.CleanableSegment]:
+        out: list[compaction.CleanableSegment] = []
+        seen_dirty = False
+        for seg in self._segments[:-1]:
+            first = -1  # read only for the first dirty segment: max.compaction.lag.ms needs it
+            if not seen_dirty and seg.next_offset > self._first_dirty_offset:
+                seen_dirty = True
+                h = seg.header_at(0)
+                first = h.base_timestamp if h is not None else -1
+            out.append(compaction.CleanableSegment(seg.base_offset, seg.next_offset, seg.size,
+                                                   first, seg.max_timestamp))
+        return out
+
     def needs_compaction(self, now_ms: int) -> bool:
-        """Whether a compaction pass could do anything new (new closed segments, or time passed
-        since the last pass so tombstones or the compaction lag may have expired)."""
+        """Whether a compaction pass is due (:func:`strom.storage.compaction.compaction_due`)."""
         if not self.config.compact or len(self._segments) < 2:
             return False
-        if self._last_compaction is None:
-            return True
-        count, when = self._last_compaction
-        wait = min(self.config.delete_retention_ms, max(self.config.min_compaction_lag_ms, 1))
-        return len(self._segments) != count or now_ms - when >= wait
+        return compaction.compaction_due(self._cleanable_segments(), self.config, now_ms,
+                                         self._first_dirty_offset, self._tombstone_expiry)
 
     def compact(self, now_ms: int | None = None) -> int:
         """Keep the last record per key in closed segments; returns records removed.
@@ -571,22 +615,20 @@ class PartitionLog:
         now = self._clock() if now_ms is None else now_ms
         if not self.config.compact or len(self._segments) < 2:
             return 0
-        cleanable = self._segments[:-1]
-        if self.config.min_compaction_lag_ms > 0:
-            horizon = now - self.config.min_compaction_lag_ms
-            for k, seg in enumerate(cleanable):
-                if seg.max_timestamp > horizon:
-                    cleanable = cleanable[:k]
-                    break
+        infos = [compaction.CleanableSegment(s.base_offset, s.next_offset, s.size, -1,
+                                             s.max_timestamp) for s in self._segments[:-1]]
+        cleanable = self._segments[:compaction.cleanable_prefix(infos, self.config, now)]
         latest: dict[bytes, int] = {}
         for seg in cleanable:
             for h, data in seg.iter_batches():
                 if not h.is_control:
                     compaction.update_key_map(latest, compaction.batch_records(data))
         removed_total = 0
+        self._tombstone_expiry = None
         for seg in list(cleanable):
             removed_total += self._compact_segment(seg, latest, now)
-        self._last_compaction = (len(self._segments), now)
+        if cleanable:
+            self._first_dirty_offset = max(self._first_dirty_offset, cleanable[-1].next_offset)
         if removed_total:
             log.info("%s-%d: compaction removed %d records", self.topic, self.partition,
                      removed_total)
@@ -599,13 +641,16 @@ class PartitionLog:
         written = 0
         try:
             for h, data in seg.iter_batches():
-                new, count = compaction.filter_batch(h, data, latest, now,
-                                                     self.config.delete_retention_ms,
-                                                     seg.max_timestamp)
-                removed += count
-                if new is not None:
-                    os.write(fd, new)
-                    written += len(new)
+                kept = compaction.filter_batch(h, data, latest, now,
+                                               self.config.delete_retention_ms,
+                                               seg.max_timestamp)
+                removed += kept.removed
+                if kept.tombstone_expiry_ms is not None:
+                    self._tombstone_expiry = min(kept.tombstone_expiry_ms,
+                                                 self._tombstone_expiry or kept.tombstone_expiry_ms)
+                if kept.data is not None:
+                    os.write(fd, kept.data)
+                    written += len(kept.data)
             if removed:
                 os.fsync(fd)
         finally:
@@ -705,6 +750,7 @@ class PartitionLog:
                         os.close(seg.fd)
             self._closed = True
             return
+        self.purge_retired(0, everything=True)
         self.flush()
         self._epochs.save()
         self._producers.end_offset = max(self._producers.end_offset, self.log_end_offset)

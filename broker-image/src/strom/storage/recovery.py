@@ -33,6 +33,7 @@ from strom.storage.checkpoint import TMP_SUFFIX
 from strom.storage.config import LogConfig
 from strom.storage.segment import (
     CLEANED_SUFFIX,
+    DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -49,7 +50,7 @@ def remove_leftovers(directory: Path) -> None:
     logs = {p.name[: -len(LOG_SUFFIX)] for p in directory.glob("*" + LOG_SUFFIX)}
     for path in directory.iterdir():
         name = path.name
-        stale = name.endswith((CLEANED_SUFFIX, TMP_SUFFIX))
+        stale = name.endswith((CLEANED_SUFFIX, TMP_SUFFIX, DELETED_SUFFIX))
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             if name.endswith(suffix) and name[: -len(suffix)] not in logs:
                 stale = True

@@ -11,6 +11,7 @@ Not thread-safe: a partition log and its segments are owned by one task.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +36,8 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 CLEANED_SUFFIX = ".cleaned"
+#: Appended to the files of a segment deleted by retention until ``file.delete.delay.ms`` passed.
+DELETED_SUFFIX = ".deleted"
 _SCAN_CHUNK = 1 << 20
 _IOV_MAX = 1024  # POSIX minimum is 16, Linux allows 1024 buffers per pwritev
 
@@ -149,6 +152,20 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.index.delete()
         self.time_index.delete()
+
+    def retire(self) -> list[Path]:
+        """Close the segment and rename its files ``*.deleted``; returns the new paths (the
+        caller removes them later; a restart removes them as leftovers)."""
+        os.close(self.fd)
+        self.index.close()
+        self.time_index.close()
+        retired = []
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path, target)
+                retired.append(target)
+        return retired
 
     # ---- writing ---------------------------------------------------------------------------
 

@@ -56,13 +56,19 @@ def test_recompressed_idempotent_batches_keep_their_sequence_and_dedupe(open_log
     assert (h.compression, h.producer_id, h.base_sequence) == (Compression.ZSTD, 7, 0)
 
 
-def test_retention_renames_segments_and_removes_them_after_the_delay(open_log, clock):
+def _three_segments(open_log, clock, delay_ms: int) -> tuple[PartitionLog, LogConfig]:
+    """Six one-record batches in segments of two, retention keeping two batches' bytes."""
     size = len(encode_batch([(b"k", b"v" * 40)], timestamp_ms=clock.now))
     config = LogConfig(segment_bytes=size * 2, retention_bytes=size * 2, retention_ms=-1,
-                       file_delete_delay_ms=60_000)
+                       file_delete_delay_ms=delay_ms)
     log = open_log(config)
     for _ in range(6):
         log.append_as_leader(encode_batch([(b"k", b"v" * 40)], timestamp_ms=clock.now), 0)
+    return log, config
+
+
+def test_retention_renames_segments_and_removes_them_after_the_delay(open_log, clock):
+    log, _ = _three_segments(open_log, clock, 60_000)
     assert log.apply_retention(clock.now) == 2
     deleted = sorted(p.name for p in log.directory.glob("*.deleted"))
     assert deleted and all(n.startswith(("00000000000000000000.", "00000000000000000002."))
@@ -75,12 +81,7 @@ def test_retention_renames_segments_and_removes_them_after_the_delay(open_log, c
 
 
 def test_zero_delay_deletes_at_once_and_a_restart_removes_leftovers(open_log, clock):
-    size = len(encode_batch([(b"k", b"v" * 40)], timestamp_ms=clock.now))
-    config = LogConfig(segment_bytes=size * 2, retention_bytes=size * 2, retention_ms=-1,
-                       file_delete_delay_ms=0)
-    log = open_log(config)
-    for _ in range(6):
-        log.append_as_leader(encode_batch([(b"k", b"v" * 40)], timestamp_ms=clock.now), 0)
+    log, config = _three_segments(open_log, clock, 0)
     assert log.apply_retention(clock.now) == 2
     assert not list(log.directory.glob("*.deleted"))
     log.update_config(dataclasses.replace(config, file_delete_delay_ms=DAY))

@@ -247,14 +247,10 @@ PERF = "kafka ProducerPerformance"
 PERF_VIA = "strom ProducerPerformance"
 
 
-def run_kafka(params: dict[str, int | float], results: list[Result]) -> None:
-    """Apache Kafka, the main peer (issue 20): one KRaft node (Maven's jars, RF 1) and one Strom
-    broker, the same workloads through the Kafka protocol on both with the same client
-    (confluent-kafka), plus Kafka's own ProducerPerformance against both. Strom's own-client rows
-    ("strom") get their ratio to the "kafka" rows in :func:`assign_peers`."""
-    from benchmarks import kafka_workloads as kw
-    from strom.testing import running_broker
-    from strom.testing.kafka import KafkaToolMissing, running_kafka
+def _kafka_available() -> bool:
+    """Whether Java and Kafka's jars are here (fetched if need be); without them the Kafka rows
+    are skipped with a note, except under CI, where the missing tool is an error."""
+    from strom.testing.kafka import KafkaToolMissing
     from strom.testing.kafka_jars import ensure_jars, java_binary
 
     try:
@@ -264,6 +260,20 @@ def run_kafka(params: dict[str, int | float], results: list[Result]) -> None:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             raise
         _progress(f"skipping Apache Kafka: {err}")
+        return False
+    return True
+
+
+def run_kafka(params: dict[str, int | float], results: list[Result]) -> None:
+    """Apache Kafka, the main peer (issue 20): one KRaft node (Maven's jars, RF 1) and one Strom
+    broker, the same workloads through the Kafka protocol on both with the same client
+    (confluent-kafka), plus Kafka's own ProducerPerformance against both. Strom's own-client rows
+    ("strom") get their ratio to the "kafka" rows in :func:`assign_peers`."""
+    from benchmarks import kafka_workloads as kw
+    from strom.testing import running_broker
+    from strom.testing.kafka import running_kafka
+
+    if not _kafka_available():
         return
     rate, secs = int(params["latency_rate"]), float(params["latency_seconds"])
     reps = int(params["repeats"])
@@ -355,16 +365,9 @@ def run_kafka_replicated(params: dict[str, int | float], results: list[Result]) 
     rows get their ratio to the Kafka rows in :func:`assign_peers`."""
     from benchmarks import kafka_workloads as kw
     from strom.testing import running_cluster
-    from strom.testing.kafka import KafkaToolMissing, running_kafka
-    from strom.testing.kafka_jars import ensure_jars, java_binary
+    from strom.testing.kafka import running_kafka
 
-    try:
-        java_binary()
-        ensure_jars()
-    except KafkaToolMissing as err:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            raise
-        _progress(f"skipping Apache Kafka: {err}")
+    if not _kafka_available():
         return
     reps = int(params["repeats"])
     sizes = (("1p-100B", 1, int(params["records_replicated"]), 100),

@@ -17,7 +17,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.strom_workloads import Throughput
+from benchmarks.strom_workloads import Throughput, run_latency, send_paced
 
 if TYPE_CHECKING:
     import multiprocessing.synchronize
@@ -157,33 +157,19 @@ def end_to_end_latency(bootstrap: str, topic: str, partitions: int, rate: int, s
     """Produce at a fixed ``rate`` for ``seconds`` (``linger.ms=0``); return the sorted
     producer-to-consumer latencies in ms, read by a consumer in another process."""
     total = int(rate * seconds)
-    ctx = mp.get_context("spawn")
-    ready = ctx.Event()
-    out: mp.Queue[list[float]] = ctx.Queue()
-    proc = ctx.Process(target=_latency_consumer,
-                       args=(bootstrap, topic, partitions, total, ready, out, seconds + 60))
-    proc.start()
-    try:
-        if not ready.wait(60):
-            raise RuntimeError("latency consumer did not start within 60 s")
+
+    def produce_paced() -> None:
         producer, _ = _producer(bootstrap, acks=acks, **{"linger.ms": 0})
-        pad = b"\0" * max(0, value_size - 8)
-        start = time.perf_counter()
-        interval = 1.0 / rate
-        for i in range(total):
-            delay = start + i * interval - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            producer.produce(topic, _TS.pack(time.time()) + pad)
+
+        def send(value: bytes) -> None:
+            producer.produce(topic, value)
             producer.poll(0)
+
+        send_paced(send, rate, total, value_size)
         producer.flush(60)
-        latencies: list[float] = out.get(timeout=seconds + 90)
-    finally:
-        proc.join(timeout=30)
-        if proc.is_alive():
-            proc.kill()
-    latencies.sort()
-    return latencies
+
+    return run_latency(_latency_consumer, (bootstrap, topic, partitions), total, seconds,
+                       produce_paced)
 
 
 _PERF_LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), "

@@ -11,6 +11,7 @@ import multiprocessing as mp
 import os
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,27 +146,44 @@ def end_to_end_latency(bootstrap: str, topic: str, partitions: int, rate: int, s
     """Produce at a fixed ``rate`` for ``seconds``; return sorted producer-to-consumer latencies
     in ms, measured by a consumer in another process (wall clock on the same machine)."""
     total = int(rate * seconds)
+
+    def produce_paced() -> None:
+        producer = Producer(bootstrap, acks=acks, linger_ms=0, batch_size=16384)
+        send_paced(lambda value: producer.send(topic, value), rate, total, value_size)
+        producer.flush()
+        producer.close()
+
+    return run_latency(_latency_consumer, (bootstrap, topic, partitions), total, seconds,
+                       produce_paced)
+
+
+def send_paced(send: Callable[[bytes], object], rate: int, total: int, value_size: int) -> None:
+    """``total`` values of ``value_size`` bytes at ``rate`` a second, each starting with its send
+    time (wall clock, the ``_TS`` format the latency consumers read)."""
+    pad = b"\0" * max(0, value_size - 8)
+    start = time.perf_counter()
+    interval = 1.0 / rate
+    for i in range(total):
+        target = start + i * interval
+        delay = target - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        send(_TS.pack(time.time()) + pad)
+
+
+def run_latency(consumer: Callable[..., None], consumer_args: tuple[object, ...], total: int,
+                seconds: float, produce: Callable[[], None]) -> list[float]:
+    """Start ``consumer(*consumer_args, total, ready, out, timeout_s)`` in a spawned process,
+    run ``produce`` once it is ready, and return the sorted latencies (ms) it puts on ``out``."""
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
     out: mp.Queue[list[float]] = ctx.Queue()
-    proc = ctx.Process(target=_latency_consumer,
-                       args=(bootstrap, topic, partitions, total, ready, out, seconds + 60))
+    proc = ctx.Process(target=consumer, args=(*consumer_args, total, ready, out, seconds + 60))
     proc.start()
     try:
         if not ready.wait(60):
             raise RuntimeError("latency consumer did not start within 60 s")
-        producer = Producer(bootstrap, acks=acks, linger_ms=0, batch_size=16384)
-        pad = b"\0" * max(0, value_size - 8)
-        start = time.perf_counter()
-        interval = 1.0 / rate
-        for i in range(total):
-            target = start + i * interval
-            delay = target - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            producer.send(topic, _TS.pack(time.time()) + pad)
-        producer.flush()
-        producer.close()
+        produce()
         latencies: list[float] = out.get(timeout=seconds + 90)
     finally:
         proc.join(timeout=30)

@@ -24,6 +24,7 @@ from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 from strom.storage.checkpoint import CLEAN_SHUTDOWN
 from strom.testing import BrokerProcess, BrokerStartError, free_port, running_broker
+from strom.testing.grpc_reads import fetch_all
 
 pytestmark = pytest.mark.integration
 
@@ -52,19 +53,7 @@ class Stubs:
         return part
 
     def fetch_all(self, topic: str, partition: int = 0) -> list[tuple[int, bytes | None]]:
-        out: list[tuple[int, bytes | None]] = []
-        offset = 0
-        while True:
-            response = self.broker.Fetch(broker_pb2.FetchRequest(min_bytes=0, partitions=[
-                broker_pb2.FetchPartition(topic=topic, partition=partition,
-                                          fetch_offset=offset)]), timeout=10)
-            part = response.partitions[0]
-            assert part.error_code == 0, part.error_message
-            records = list(decode_batches(part.records, start_offset=offset))
-            if not records:
-                return out
-            out += [(r.offset, r.value) for r in records]
-            offset = records[-1].offset + 1
+        return [(r.offset, r.value) for r in fetch_all(self.broker, topic, partition)]
 
     def end_offset(self, topic: str, partition: int = 0) -> int:
         response = self.broker.ListOffsets(broker_pb2.ListOffsetsRequest(partitions=[

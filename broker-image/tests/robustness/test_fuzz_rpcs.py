@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strom.protocol.batch import iter_headers
-from strom.protocol.records import decode_batches, encode_batch
+from strom.protocol.records import encode_batch
 from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import (
     admin_pb2,
@@ -47,6 +47,7 @@ from strom.protocol.v1 import (
     replica_pb2,
 )
 from strom.testing import BrokerProcess
+from strom.testing.grpc_reads import fetch_all
 
 pytestmark = pytest.mark.integration
 
@@ -256,19 +257,7 @@ class Target:
             self.acked[part.partition].update(range(part.base_offset, part.base_offset + count))
 
     def offsets(self, topic: str, partition: int) -> list[tuple[int, bytes]]:
-        out: list[tuple[int, bytes]] = []
-        offset = 0
-        while True:
-            response = self.stub.Fetch(broker_pb2.FetchRequest(min_bytes=0, partitions=[
-                broker_pb2.FetchPartition(topic=topic, partition=partition,
-                                          fetch_offset=offset)]), timeout=10)
-            part = response.partitions[0]
-            assert part.error_code == 0, part.error_message
-            records = list(decode_batches(part.records, start_offset=offset))
-            if not records:
-                return out
-            out += [(r.offset, r.value or b"") for r in records]
-            offset = records[-1].offset + 1
+        return [(r.offset, r.value or b"") for r in fetch_all(self.stub, topic, partition)]
 
     def produce_verify(self, values: list[bytes]) -> None:
         response = self.stub.Produce(broker_pb2.ProduceRequest(acks=-1, partitions=[

@@ -14,10 +14,11 @@ import grpc
 import pytest
 
 from strom.protocol.errors import ErrorCode
-from strom.protocol.records import decode_batches, encode_batch
+from strom.protocol.records import encode_batch
 from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 from strom.storage import fileops
 from strom.testing import BrokerProcess
+from strom.testing.grpc_reads import fetch_all
 
 pytestmark = pytest.mark.integration
 
@@ -38,19 +39,7 @@ class Client:
         return {r.partition: (r.error_code, r.error_message) for r in response.partitions}
 
     def read(self, partition: int) -> list[bytes]:
-        out: list[bytes] = []
-        offset = 0
-        while True:
-            response = self.broker.Fetch(broker_pb2.FetchRequest(min_bytes=0, partitions=[
-                broker_pb2.FetchPartition(topic="t", partition=partition, fetch_offset=offset)]),
-                timeout=10)
-            part = response.partitions[0]
-            assert part.error_code == 0, part.error_message
-            records = list(decode_batches(part.records, start_offset=offset))
-            if not records:
-                return out
-            out += [r.value or b"" for r in records]
-            offset = records[-1].offset + 1
+        return [r.value or b"" for r in fetch_all(self.broker, "t", partition)]
 
     def close(self) -> None:
         self.channel.close()

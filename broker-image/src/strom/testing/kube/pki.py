@@ -54,21 +54,28 @@ def _validity() -> tuple[datetime.datetime, datetime.datetime]:
     return now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=VALID_DAYS)
 
 
+def _builder(subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey, *,
+             ca: bool) -> x509.CertificateBuilder:
+    """A fresh certificate for ``key`` valid from now: basic constraints and key usage of a CA
+    (signs certificates and CRLs) or of a leaf (digital signatures only), both critical."""
+    start, end = _validity()
+    return (x509.CertificateBuilder()
+            .subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start).not_valid_after(end)
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=ca, crl_sign=ca,
+                                         content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False,
+                                         encipher_only=False, decipher_only=False),
+                           critical=True))
+
+
 def make_ca(common_name: str) -> Issued:
     """A self-signed CA certificate and its key."""
     key = ec.generate_private_key(ec.SECP256R1())
-    start, end = _validity()
     name = _name(common_name)
-    cert = (x509.CertificateBuilder()
-            .subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(start).not_valid_after(end)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
-                                         crl_sign=True, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False,
-                                         decipher_only=False), critical=True)
+    cert = (_builder(name, name, key, ca=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
                            critical=False)
             .sign(key, hashes.SHA256()))
@@ -80,20 +87,10 @@ def issue(ca: Issued, spec: CertSpec) -> Issued:
     if not (spec.server or spec.client):
         raise ValueError(f"certificate {spec.name!r} must be for a server, a client or both")
     key = ec.generate_private_key(ec.SECP256R1())
-    start, end = _validity()
     usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if spec.server else []) + (
         [ExtendedKeyUsageOID.CLIENT_AUTH] if spec.client else [])
-    builder = (x509.CertificateBuilder()
-               .subject_name(_name(spec.common_name, spec.organizations))
-               .issuer_name(ca.cert.subject).public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(start).not_valid_after(end)
-               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-               .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False,
-                                            key_cert_sign=False, crl_sign=False,
-                                            content_commitment=False, data_encipherment=False,
-                                            key_agreement=False, encipher_only=False,
-                                            decipher_only=False), critical=True)
+    builder = (_builder(_name(spec.common_name, spec.organizations), ca.cert.subject, key,
+                        ca=False)
                .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
                    ca.key.public_key()), critical=False))

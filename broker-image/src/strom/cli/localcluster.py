@@ -48,13 +48,13 @@ from strom.testing.process import (
     ManagedProcess,
     ProcessStartError,
     StopOutcome,
+    free_port,
     log_tail,
     pid_alive,
     pid_runs,
     stop_pids,
     wait_all_ready,
 )
-from strom.testing.process import free_port as _free_port
 
 STATE_FILE = "cluster.json"
 LAYOUT_FILE = "layout.json"
@@ -186,10 +186,6 @@ def port_is_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port(host: str = HOST) -> int:
-    return _free_port(host)
 
 
 def pick_ports(

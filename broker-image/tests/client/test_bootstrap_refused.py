@@ -8,9 +8,7 @@ after it has once reached the cluster, refusals are a failover and the usual ret
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -66,14 +64,6 @@ def test_never_gives_up_after_the_cluster_answered_once() -> None:
     tracker.succeeded()
     tracker.failed("a:1", Unavailable(REFUSED_DETAILS), now_ms=0)
     assert tracker.give_up(now_ms=10_000) is None
-
-
-@pytest.fixture
-def refused_address() -> Iterator[str]:
-    """A 127.0.0.1 port with nothing listening (bound, never listened: connect is refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
 
 
 @pytest.mark.integration

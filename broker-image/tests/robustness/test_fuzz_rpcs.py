@@ -43,11 +43,12 @@ from strom.protocol.v1 import (
     broker_pb2,
     broker_pb2_grpc,
     group_pb2,
-    quorum_pb2,
     replica_pb2,
 )
 from strom.testing import BrokerProcess
 from strom.testing.grpc_reads import fetch_all
+
+from .grpc_methods import METHODS
 
 pytestmark = pytest.mark.integration
 
@@ -60,14 +61,6 @@ CALL_TIMEOUT_S = 5.0
 CHECKED = ("fuzz-a", "fuzz-verify")
 PARTITIONS = 2
 
-SERVICES = [
-    broker_pb2.DESCRIPTOR.services_by_name["Broker"],
-    admin_pb2.DESCRIPTOR.services_by_name["Admin"],
-    group_pb2.DESCRIPTOR.services_by_name["Group"],
-    replica_pb2.DESCRIPTOR.services_by_name["Replica"],
-    quorum_pb2.DESCRIPTOR.services_by_name["Quorum"],
-]
-METHODS = {f"/{s.full_name}/{m.name}": m.input_type for s in SERVICES for m in s.methods}
 # Methods that may name fuzz-a: they read it or (Produce) append to it, which is accounted.
 READERS = {"Produce", "Fetch", "ListOffsets", "Metadata", "DescribeTopics", "DescribeConfigs",
            "ListPartitionReassignments", "ReplicaFetch", "OffsetFetch", "OffsetCommit"}

@@ -12,19 +12,12 @@ import pytest
 
 from strom.protocol.errors import ErrorCode
 from strom.protocol.status import from_rpc_error
-from strom.protocol.v1 import admin_pb2, broker_pb2, group_pb2, quorum_pb2, replica_pb2
 from strom.testing import running_broker
+
+from .grpc_methods import METHODS
 
 pytestmark = pytest.mark.integration
 
-SERVICES = [
-    broker_pb2.DESCRIPTOR.services_by_name["Broker"],
-    admin_pb2.DESCRIPTOR.services_by_name["Admin"],
-    group_pb2.DESCRIPTOR.services_by_name["Group"],
-    replica_pb2.DESCRIPTOR.services_by_name["Replica"],
-    quorum_pb2.DESCRIPTOR.services_by_name["Quorum"],
-]
-METHODS = [f"/{s.full_name}/{m.name}" for s in SERVICES for m in s.methods]
 # Not protobuf at all: a bad tag, a length running past the end, a truncated varint.
 GARBAGE = [b"\xff\xff\xff", b"\x0a\x05abc", b"\x08\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80"]
 

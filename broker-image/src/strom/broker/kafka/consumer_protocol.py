@@ -54,13 +54,19 @@ def _version(data: bytes, newest: int) -> int:
     return min(version, newest)
 
 
-def decode_subscription(data: bytes) -> Subscription:
-    version = _version(data, len(_SUBSCRIPTIONS) - 1)
-    cls = _SUBSCRIPTIONS[version].ConsumerProtocolSubscription
+def _decode(data: bytes, schemas: tuple[Any, ...], entity: str, what: str) -> Any:
+    """The ``entity`` of ``data``'s version (read with the newest of ``schemas`` if newer)."""
+    version = _version(data, len(schemas) - 1)
+    cls = getattr(schemas[version], entity)
     try:
-        sub, _ = entity_reader(cls)(data, 2)
+        value, _ = entity_reader(cls)(data, 2)
     except (SerialError, ValueError, TypeError) as exc:
-        raise ConsumerProtocolError(f"subscription v{version}: {exc}") from None
+        raise ConsumerProtocolError(f"{what} v{version}: {exc}") from None
+    return value
+
+
+def decode_subscription(data: bytes) -> Subscription:
+    sub = _decode(data, _SUBSCRIPTIONS, "ConsumerProtocolSubscription", "subscription")
     owned = tuple((tp.topic, p) for tp in getattr(sub, "owned_partitions", ()) for p in
                   tp.partitions)
     return Subscription(tuple(sub.topics), owned, bytes(sub.user_data or b""))
@@ -78,12 +84,7 @@ def encode_subscription(sub: Subscription) -> bytes:
 def decode_assignment(data: bytes) -> tuple[TopicPartition, ...]:
     if not data:
         return ()  # Kafka: an empty assignment is no partitions
-    version = _version(data, len(_ASSIGNMENTS) - 1)
-    cls = _ASSIGNMENTS[version].ConsumerProtocolAssignment
-    try:
-        value, _ = entity_reader(cls)(data, 2)
-    except (SerialError, ValueError, TypeError) as exc:
-        raise ConsumerProtocolError(f"assignment v{version}: {exc}") from None
+    value = _decode(data, _ASSIGNMENTS, "ConsumerProtocolAssignment", "assignment")
     return tuple((tp.topic, p) for tp in value.assigned_partitions for p in tp.partitions)
 
 

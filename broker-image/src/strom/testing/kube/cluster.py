@@ -49,6 +49,8 @@ CNI_CACHE = Path("/var/lib/cni")
 #: Stop order: what depends on the others first.
 STOP_ORDER = ("provisioner", "kube-proxy", "kubelet", "containerd", "kube-scheduler",
               "kube-controller-manager", "kube-apiserver", "etcd")
+#: The pod range's network address as ``ip route`` prints it.
+CLUSTER_NET = L.CLUSTER_CIDR.split("/")[0]
 HOST_DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
@@ -424,6 +426,30 @@ def down(paths: Paths | None = None, *, quiet: bool = False) -> list[str]:
     if not quiet:
         _say("; ".join(did) if did else "nothing to remove")
     return did
+
+
+def leftovers(paths: Paths, state: dict[str, Any], sysctls_before: dict[str, str]) -> list[str]:
+    """What of the cluster described by ``state`` (read before ``down``) is still on the machine
+    after ``down``: namespace, routes, cgroups, files, mounts, changed kernel settings, processes.
+    Empty when ``down`` removed everything."""
+    left = []
+    if network.netns_exists():
+        left.append(f"network namespace {L.NETNS}")
+    routes = network.host_routes()
+    if L.NAME in routes or CLUSTER_NET in routes:
+        left.append(f"host routes into the node: {routes}")
+    left += [f"cgroup {Path(h, L.NAME)}" for h in cgroups.hierarchies() if Path(h, L.NAME).exists()]
+    left += [f"directory {d}" for d in (paths.home, paths.run) if d.exists()]
+    mounts = _mounts_under([paths.home, paths.run])
+    if mounts:
+        left.append(f"mounts {mounts}")
+    now = read_sysctls()
+    left += [f"kernel setting {k}={now.get(k)} (was {v})" for k, v in sysctls_before.items()
+             if now.get(k) != v]
+    for name, info in state.get("processes", {}).items():
+        if pid_runs(info["pid"], info["marker"]):
+            left.append(f"process {name} (pid {info['pid']})")
+    return left
 
 
 # --- status -----------------------------------------------------------------------------------

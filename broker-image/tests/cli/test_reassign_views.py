@@ -98,7 +98,8 @@ def test_cluster_describe_data_and_table() -> None:
         PartitionDescription(3, 0, 0, [0], [0]),  # not under-replicated, but below min ISR
     ], min_insync_replicas=2)]
     assert partition_health(topics) == {"total": 4, "under_replicated": 2, "under_min_isr": 1,
-                                        "offline": 1, "under_min_isr_partitions": ["t-3"]}
+                                        "offline": 1, "offline_replicas": 0,
+                                        "under_min_isr_partitions": ["t-3"]}
     data = cluster_to_dict(desc, topics)
     assert [(b["id"], b["state"], b["voter"], b["controller"]) for b in data["brokers"]] == [
         (0, "alive", True, False), (1, "alive", True, True), (3, "fenced", False, False)]
@@ -106,7 +107,7 @@ def test_cluster_describe_data_and_table() -> None:
     assert text.splitlines()[0] == ("ClusterId: c1  Controller: 1  Voters: 0,1  "
                                     "MetadataOffset: 17 (broker 0)")
     assert text.splitlines()[-2] == ("Topics: 1  Partitions: 4  UnderReplicated: 2  "
-                                     "UnderMinIsr: 1  Offline: 1")
+                                     "UnderMinIsr: 1  Offline: 1  OfflineReplicas: 0")
     assert text.splitlines()[-1] == ("Unhealthy: below min.insync.replicas (acks=all writes "
                                      "refused): t-3")
     old_style = SimpleNamespace(cluster_id="c", controller_id=0,

@@ -1,7 +1,9 @@
-"""Two real brokers, RF 2: a broker whose log directory fails writes leaves the ISR of its
-partitions and hands their leadership to the other in-sync replica (Kafka's log directory
-failure handling), while produce keeps working through the other broker and nothing
-acknowledged is lost; a replica fetcher that fails is restarted and the broker stays ready."""
+"""Two real brokers, RF 2: a broker whose log directory fails writes reports it to the
+controller, which moves its partitions' leadership and ISR membership to the other in-sync
+replica (Kafka's log directory failure handling); any broker's metadata and DescribeCluster
+show the directory and the replica offline; produce keeps working through the other broker
+and nothing acknowledged is lost; a replica fetcher that fails is restarted and the broker
+stays ready."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from strom import supervision
-from strom.client import Consumer, Producer
+from strom.cli.cluster import cluster_table, cluster_to_dict
+from strom.client import Admin, Consumer, Producer
 from strom.client.models import TopicPartition
 from strom.protocol.records import Record
 from strom.storage import fileops
@@ -54,9 +57,23 @@ def test_offline_log_dir_moves_leadership_and_loses_nothing(tmp_path: Path) -> N
         assert b"strom_broker_offline_log_dirs 1.0" in metrics
         assert [r.value for r in _read(cluster, "t", len(sent))] == sent
         assert all(b.is_ready() for b in cluster.brokers.values())
+        # The cluster metadata knows, whichever broker is asked (here broker 1, not broker 0).
+        assert list(cluster.partition("t", 0, via=1).offline_replicas) == [0]
+        with Admin(cluster.brokers[1].bootstrap) as admin:
+            described = admin.describe_cluster()
+            [topic] = admin.describe_topics(["t"])
+        assert described.answered_by == 1 and described.offline_log_dirs == []
+        dirs = {b.broker_id: b.offline_log_dirs for b in described.brokers}
+        assert dirs[1] == () and len(dirs[0]) == 1, dirs
+        assert dirs[0][0].startswith(str(cluster.brokers[0].log_dir)) and "ENOSPC" in dirs[0][0]
+        assert topic.partitions[0].offline_replicas == [0]
+        text = cluster_table(cluster_to_dict(described, [topic]))
+        assert f"OfflineLogDir (broker 0): {cluster.brokers[0].log_dir}" in text, text
+        assert "OfflineReplicas: 1" in text, text
         log0 = cluster.brokers[0].stderr_path.read_text()
-        assert "left the ISR (log directory" in log0
-        assert first == 0 and "broker 1 leads now" in log0
+        assert "reported offline log directories" in log0
+        logs = "".join(b.stderr_path.read_text() for b in cluster.brokers.values())
+        assert first == 0 and "is in an offline log directory" in logs
     finally:
         cluster.stop()
 

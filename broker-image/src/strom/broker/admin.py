@@ -129,6 +129,9 @@ async def describe_topics(core: BrokerCore, request: admin_pb2.DescribeTopicsReq
                 out.leader_epoch = state.leader_epoch
                 out.replicas.extend(state.replicas)
                 out.isr.extend(state.isr)
+                live = {b.broker_id for b in core.metadata.live_brokers()}
+                out.offline_replicas.extend(r for r in state.replicas
+                                            if r not in live or r in state.offline)
             plog = core.replicas.get(name, partition)
             if plog is not None and core.replicas.is_leader(name, partition):
                 out.log_start_offset = plog.log_start_offset

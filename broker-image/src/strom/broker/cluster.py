@@ -107,6 +107,8 @@ class ClusterLink:
             compact_every=int(config.get("metadata.compact.every")),
             on_apply=self._applied_image, manage_observers=True,
         )
+        self.on_registered: Callable[[], None] | None = None
+        """Called after this broker registered again (a new broker epoch)."""
         self.active: ActiveController | None = None
         if config.is_controller and self.is_voter:
             unclean = config.get("unclean.leader.election.enable")
@@ -344,6 +346,8 @@ class ClusterLink:
                                 "registering again")
                     with contextlib.suppress(StromError):
                         self.broker_epoch = await self.propose(self._registration())
+                        if self.on_registered is not None:
+                            self.on_registered()
                 else:
                     log.debug("heartbeat failed: %s", err)
             except Exception as exc:  # unexpected: supervised (retried, then fatal)

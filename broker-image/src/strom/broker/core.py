@@ -30,6 +30,7 @@ from strom.controller.metadata import (
     Command,
     CreateTopic,
     Endpoint,
+    LogDirsOffline,
     MetadataImage,
 )
 from strom.protocol.errors import StromError
@@ -103,46 +104,52 @@ class BrokerCore:
 
     def _dir_offline(self, directory: Path, reason: str) -> None:
         """A log directory failed I/O (possibly while loading, in a worker thread): count it,
-        and once the broker runs, move away the leadership of its partitions."""
+        and once the broker is registered, report it to the controller."""
         self.metrics.log_dir_offline.labels(str(directory)).set(1)
         self.metrics.offline_log_dirs.set(len(self.logs.offline_dirs))
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return  # loading: start() moves leadership once the broker is in the cluster
+            return  # loading: start() reports it once the broker is registered
         if self.link.broker_epoch >= 0:
-            spawn(f"log-dir-offline-{directory.name}",
-                  lambda: self.move_leadership_off(directory), restartable=True)
+            self.report_offline_dirs()
 
-    async def move_leadership_off(self, directory: Path) -> None:
-        """Hand the leadership of every partition in ``directory`` to another in-sync replica,
-        and leave the ISR of the others (Kafka's ReplicaManager.handleLogDirFailure, decided
-        here for this broker's own partitions). A partition with no other in-sync replica
-        keeps this broker as leader: it serves reads and answers writes KAFKA_STORAGE_ERROR."""
-        me = self.config.broker_id
-        live = {b.broker_id for b in self.metadata.live_brokers()}
-        for (topic, partition), plog in self.logs.partitions().items():
-            if plog.directory.parent != directory:
-                continue
-            topic_state = self.link.image.topics.get(topic)
-            state = topic_state.partitions.get(partition) if topic_state else None
-            if state is None or me not in state.isr:
-                continue
-            others = [r for r in state.isr if r != me and r in live]
-            if not others:
-                continue
-            was_leader = state.leader == me
-            leader = others[0] if was_leader else state.leader
+    def report_offline_dirs(self) -> None:
+        """Tell the controller (through the metadata log) which log directories of this
+        incarnation failed and which replicas they hold, until it is applied; the active
+        controller then moves those replicas' leadership and ISR membership to other brokers
+        (Kafka's broker reports offline directories to the controller the same way)."""
+        if self.logs.offline_dirs and not self._stopped:
+            spawn("report-offline-log-dirs", self._report_offline_dirs, restartable=True)
+
+    async def _report_offline_dirs(self) -> None:
+        delay = 0.1
+        while not self._stopped:
+            incarnation = self.link.incarnation_id
+            dirs = tuple(sorted((str(d), r) for d, r in self.logs.offline_dirs.items()))
+            offline = set(self.logs.offline_dirs)
+            image, me_id = self.link.image, self.config.broker_id
+            hosted = {}
+            for (topic, index), plog in self.logs.partitions().items():
+                t = image.topics.get(topic)
+                state = t.partitions.get(index) if t is not None else None
+                if plog.directory.parent in offline and state and me_id in state.replicas:
+                    hosted[(topic, index)] = state
+            parts = tuple(sorted(hosted))
+            me = image.brokers.get(me_id)
+            if (me is not None and me.incarnation_id == incarnation
+                    and set(me.offline_log_dirs) >= {d for d, _ in dirs}
+                    and all(me_id in s.offline_replicas for s in hosted.values())):
+                return  # the metadata says it all
             try:
-                await self.link.propose(ChangePartition(
-                    topic, partition, leader=leader, isr=tuple(r for r in state.isr if r != me),
-                    expected_partition_epoch=state.partition_epoch))
-                log.warning("%s-%d: left the ISR (log directory %s is offline)%s", topic,
-                            partition, directory,
-                            f"; broker {leader} leads now" if was_leader else "")
-            except StromError as err:  # changed meanwhile: the next metadata decides
-                log.warning("%s-%d: could not move away from offline %s: %s", topic, partition,
-                            directory, err)
+                await self.link.propose(LogDirsOffline(self.config.broker_id, incarnation,
+                                                       dirs, parts))
+                log.warning("reported offline log directories %s (%d replicas) to the "
+                            "controller", ", ".join(d for d, _ in dirs), len(parts))
+            except StromError as err:
+                log.info("reporting offline log directories failed (%s); retrying", err)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
 
     def load(self) -> None:
         """Recover every log on disk (blocking; run it in a worker thread)."""
@@ -158,9 +165,8 @@ class BrokerCore:
         if self.link.fresh and self.link.solo:
             await self._adopt_orphans()
         self.publisher.ready(self.link.image)
-        for directory in list(self.logs.offline_dirs):
-            spawn(f"log-dir-offline-{directory.name}",
-                  lambda d=directory: self.move_leadership_off(d), restartable=True)  # type: ignore[misc]
+        self.link.on_registered = self.report_offline_dirs
+        self.report_offline_dirs()
         await self.groups.start()
         if not await self.link.wait_unfenced(UNFENCE_TIMEOUT_S):
             log.warning("broker %d is still fenced after %.0fs; is the active controller "

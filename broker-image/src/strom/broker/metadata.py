@@ -28,6 +28,8 @@ class BrokerInfo:
     port: int
     rack: str = ""
     fenced: bool = False
+    offline_log_dirs: tuple[str, ...] = ()
+    """Its log directories that failed I/O, as it reported them ("<dir>: <reason>")."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class PartitionState:
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    offline: tuple[int, ...] = ()
+    """Replicas in log directories their brokers reported offline."""
 
 
 class ImageSource(Protocol):
@@ -92,7 +96,9 @@ class ClusterMetadata:
         for b in sorted(self.image.brokers.values(), key=lambda b: b.broker_id):
             endpoint = _endpoint(b.endpoints, listener)
             out.append(BrokerInfo(b.broker_id, endpoint.host if endpoint else "",
-                                  endpoint.port if endpoint else 0, b.rack or "", b.fenced))
+                                  endpoint.port if endpoint else 0, b.rack or "", b.fenced,
+                                  tuple(f"{d}: {r}" for d, r in
+                                        sorted(b.offline_log_dirs.items()))))
         return out
 
     def live_brokers(self, listener: str = GRPC_LISTENER) -> Sequence[BrokerInfo]:
@@ -131,7 +137,8 @@ class ClusterMetadata:
         p = t.partitions.get(partition)
         if p is None:
             return None
-        return PartitionState(p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr))
+        return PartitionState(p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr),
+                              tuple(p.offline_replicas))
 
 
 def _endpoint(endpoints: Sequence[Endpoint], listener: str) -> Endpoint | None:

@@ -8,7 +8,8 @@ created first when auto.create.topics.enable is set, as Kafka does); invalid nam
 INVALID_TOPIC_EXCEPTION per topic.
 
 Brokers are the unfenced ones (as in KRaft); a partition without a leader is reported with
-LEADER_NOT_AVAILABLE and its replicas on fenced brokers as ``offline_replicas``.
+LEADER_NOT_AVAILABLE and its replicas on fenced brokers or in offline log directories (as
+KRaft's metadata cache does) as ``offline_replicas``.
 
 Not supported: topic ids in requests, authorized operations.
 """
@@ -67,7 +68,7 @@ def broker_endpoints(core: BrokerCore, brokers: Iterable[BrokerInfo] | None = No
                      ) -> list[common_pb2.BrokerEndpoint]:
     """Endpoints of ``brokers`` (default: the live ones)."""
     return [common_pb2.BrokerEndpoint(broker_id=b.broker_id, host=b.host, port=b.port,
-                                      rack=b.rack)
+                                      rack=b.rack, offline_log_dirs=b.offline_log_dirs)
             for b in (core.metadata.live_brokers() if brokers is None else brokers)]
 
 
@@ -81,7 +82,7 @@ def _add_topic(core: BrokerCore, response: broker_pb2.MetadataResponse,
             topic.partitions.add(partition=partition, leader=-1, leader_epoch=-1,
                                  error_code=int(ErrorCode.LEADER_NOT_AVAILABLE))
             continue
-        offline = [r for r in state.replicas if r not in live]
+        offline = [r for r in state.replicas if r not in live or r in state.offline]
         error = ErrorCode.LEADER_NOT_AVAILABLE if state.leader < 0 else ErrorCode.NONE
         topic.partitions.add(partition=partition, leader=state.leader,
                              leader_epoch=state.leader_epoch, replicas=state.replicas,

@@ -42,7 +42,7 @@ def view_of(name: str, index: int, topic: TopicState) -> PartitionView:
     p = topic.partitions[index]
     return PartitionView(name, index, p.leader, p.leader_epoch, p.partition_epoch,
                          tuple(p.replicas), tuple(p.isr), tuple(p.adding_replicas),
-                         tuple(p.removing_replicas))
+                         tuple(p.removing_replicas), tuple(p.offline_replicas))
 
 
 def hosted_views(image: MetadataImage, broker_id: int) -> dict[TopicPartition, PartitionView]:

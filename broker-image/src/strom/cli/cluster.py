@@ -43,7 +43,7 @@ def partition_health(topics: Iterable[Any]) -> dict[str, Any]:
     """Counts like Kafka's UnderReplicated / UnderMinIsr / OfflinePartitionsCount, and the
     partitions below min.insync.replicas by name (acks=all writes to them are refused, and
     for ``__consumer_offsets`` the groups they coordinate cannot store anything)."""
-    total = under = offline = 0
+    total = under = offline = offline_replicas = 0
     below_min: list[str] = []
     for t in topics:
         min_isr = int(getattr(t, "min_insync_replicas", 0))
@@ -51,12 +51,14 @@ def partition_health(topics: Iterable[Any]) -> dict[str, Any]:
             total += 1
             if p.leader < 0:
                 offline += 1
+            offline_replicas += len(getattr(p, "offline_replicas", ()))
             if len(p.isr) < len(p.replicas):
                 under += 1
             if min_isr and p.leader >= 0 and len(p.isr) < min_isr:
                 below_min.append(f"{t.name}-{p.partition}")
     return {"total": total, "under_replicated": under, "under_min_isr": len(below_min),
-            "offline": offline, "under_min_isr_partitions": below_min}
+            "offline": offline, "offline_replicas": offline_replicas,
+            "under_min_isr_partitions": below_min}
 
 
 def cluster_to_dict(desc: Any, topics: Iterable[Any] = ()) -> dict[str, Any]:
@@ -73,6 +75,7 @@ def cluster_to_dict(desc: Any, topics: Iterable[Any] = ()) -> dict[str, Any]:
         "brokers": [
             {"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None,
              "state": "fenced" if b.broker_id in fenced else "alive",
+             "offline_log_dirs": list(getattr(b, "offline_log_dirs", ())),
              "voter": b.broker_id in voters, "controller": b.broker_id == desc.controller_id}
             for b in sorted(desc.brokers, key=lambda b: b.broker_id)
         ],
@@ -95,15 +98,22 @@ def cluster_table(data: dict[str, Any]) -> str:
     parts = data["partitions"]
     foot = (f"Topics: {data['topics']}  Partitions: {parts['total']}  "
             f"UnderReplicated: {parts['under_replicated']}  "
-            f"UnderMinIsr: {parts['under_min_isr']}  Offline: {parts['offline']}")
+            f"UnderMinIsr: {parts['under_min_isr']}  Offline: {parts['offline']}  "
+            f"OfflineReplicas: {parts.get('offline_replicas', 0)}")
     lines = [head, format_table(
         ("BROKER", "ADDRESS", "RACK", "STATE", "VOTER", "CONTROLLER"), rows), foot]
     below = parts["under_min_isr_partitions"]
     if below:
         shown = ", ".join(below[:10]) + (f" (+{len(below) - 10} more)" if len(below) > 10 else "")
         lines.append(f"Unhealthy: below min.insync.replicas (acks=all writes refused): {shown}")
-    lines += [f"OfflineLogDir (broker {data['answered_by']}): {d}"
-              for d in data.get("offline_log_dirs", ())]
+    listed: set[tuple[int, str]] = set()
+    for b in data["brokers"]:  # from the cluster metadata: every broker's failed directories
+        for d in b.get("offline_log_dirs", ()):
+            listed.add((b["id"], d.split(": ", 1)[0]))
+            lines.append(f"OfflineLogDir (broker {b['id']}): {d}")
+    lines += [f"OfflineLogDir (broker {data['answered_by']}): {d}"  # not yet in the metadata
+              for d in data.get("offline_log_dirs", ())
+              if (data["answered_by"], d.split(": ", 1)[0]) not in listed]
     return "\n".join(lines)
 
 

@@ -88,7 +88,8 @@ def _partition_results(results: Iterable[admin_pb2.PartitionResult], what: str
 def cluster_from_response(response: admin_pb2.DescribeClusterResponse) -> ClusterDescription:
     return ClusterDescription(
         cluster_id=response.cluster_id, controller_id=response.controller_id,
-        brokers=[BrokerDescription(b.broker_id, b.host, b.port, b.rack or None)
+        brokers=[BrokerDescription(b.broker_id, b.host, b.port, b.rack or None,
+                                   tuple(b.offline_log_dirs))
                  for b in sorted(response.brokers, key=lambda b: b.broker_id)],
         fenced_broker_ids=sorted(response.fenced_broker_ids),
         voters=sorted(response.voters),
@@ -134,7 +135,8 @@ def _partition_from(p: admin_pb2.PartitionDescription,
         log_start_offset=offsets.log_start_offset if offsets is not None else -1,
         log_end_offset=offsets.log_end_offset if offsets is not None else -1,
         high_watermark=offsets.high_watermark if offsets is not None else -1,
-        size_bytes=offsets.size_bytes if offsets is not None else -1)
+        size_bytes=offsets.size_bytes if offsets is not None else -1,
+        offline_replicas=list(p.offline_replicas))
 
 
 def merge_topic_descriptions(first: admin_pb2.DescribeTopicsResponse,

@@ -96,6 +96,8 @@ class PartitionDescription:
     log_end_offset: int = -1
     high_watermark: int = -1
     size_bytes: int = -1
+    offline_replicas: list[int] = field(default_factory=list)
+    """Replicas on fenced brokers or in offline log directories."""
 
     def under_min_isr(self, min_insync_replicas: int) -> bool:
         """Fewer in-sync replicas than ``min.insync.replicas``: acks=all writes are refused
@@ -131,6 +133,8 @@ class BrokerDescription:
     host: str
     port: int
     rack: str | None = None
+    offline_log_dirs: tuple[str, ...] = ()
+    """Its log directories that failed I/O, from the cluster metadata ("<dir>: <reason>")."""
 
     @property
     def address(self) -> str:

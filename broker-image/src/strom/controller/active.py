@@ -19,6 +19,8 @@ timers, the in-memory broker sessions and the proposals):
   gone, so waiting out the session would only prolong the outage).
 - A broker asking for controlled shutdown loses its leaderships and ISR memberships while it is
   still up; once it leads nothing another live replica could lead, it is told so and fenced.
+- Replicas in a log directory their broker reported offline leave the ISR, and their
+  leaderships move to another live in-sync replica (``offline_replica_changes``).
 - Leaderless partitions get a leader (unclean only if the topic allows it), reassignments whose
   new replicas are in sync complete, and every ``leader_imbalance_check_ms`` preferred replicas
   get their leadership back.
@@ -44,6 +46,7 @@ from strom.controller.decisions import (
     fence_changes,
     imbalanced_partitions,
     leaderless_elections,
+    offline_replica_changes,
     preferred_election,
     reassignment_completions,
     shutdown_ready,
@@ -389,6 +392,8 @@ class ActiveController:
                     else "the partition had no leader",
                 )
             )
+        reasons += [(c, "its replica on the leader or in the ISR is in an offline log directory")
+                    for c in offline_replica_changes(image)]
         reasons += [(c, "reassignment complete") for c in reassignment_completions(image)]
         period_s = self._settings.leader_imbalance_check_ms / 1000
         if self._settings.auto_leader_rebalance and now - self._last_rebalance >= period_s:
@@ -425,6 +430,16 @@ class ActiveController:
                 p.replicas,
                 list(change.replicas),
                 p.leader if change.leader is None else change.leader,
+                reason,
+            )
+        elif change.leader == p.leader and change.isr is not None:
+            log.info(
+                "ISR of %s-%d %s -> %s, leader %s stays: %s",
+                change.topic,
+                change.partition,
+                p.isr,
+                list(change.isr),
+                p.leader,
                 reason,
             )
         else:

@@ -38,6 +38,7 @@ __all__ = [
     "fence_changes",
     "imbalanced_partitions",
     "leaderless_elections",
+    "offline_replica_changes",
     "preferred_election",
     "reassignment_cancel",
     "reassignment_completions",
@@ -58,8 +59,12 @@ def _partitions(image: MetadataImage) -> Iterator[tuple[str, int, PartitionState
             yield name, index, p
 
 
-def _first_live_in_isr(image: MetadataImage, replicas: Sequence[int], isr: Sequence[int]) -> int:
-    return next((r for r in replicas if r in isr and _live(image, r)), NO_LEADER)
+def _first_live_in_isr(image: MetadataImage, replicas: Sequence[int], isr: Sequence[int],
+                       offline: Sequence[int] = ()) -> int:
+    """The first replica (in replica order) that is in the ISR, on an unfenced broker and not
+    in an offline log directory; NO_LEADER if there is none."""
+    return next((r for r in replicas if r in isr and _live(image, r) and r not in offline),
+                NO_LEADER)
 
 
 def _replica_change(
@@ -133,7 +138,8 @@ def reassignment_start(
             f"{name}: no in-sync replica {p.isr} would remain among {replicas}; "
             "include one of the in-sync replicas in the target",
         )
-    leader = p.leader if p.leader in isr else _first_live_in_isr(image, replicas, isr)
+    leader = (p.leader if p.leader in isr
+              else _first_live_in_isr(image, replicas, isr, p.offline_replicas))
     return _replica_change(topic, partition, p, replicas, isr, leader, adding, removing)
 
 
@@ -147,7 +153,8 @@ def reassignment_cancel(image: MetadataImage, topic: str, partition: int) -> Cha
         )
     original = [r for r in p.replicas if r not in p.adding_replicas]
     isr = [r for r in p.isr if r in original]
-    leader = p.leader if p.leader in isr else _first_live_in_isr(image, original, isr)
+    leader = (p.leader if p.leader in isr
+              else _first_live_in_isr(image, original, isr, p.offline_replicas))
     return _replica_change(topic, partition, p, original, isr, leader)
 
 
@@ -161,7 +168,8 @@ def reassignment_completions(image: MetadataImage) -> list[ChangePartition]:
         isr = [r for r in p.isr if r in target]
         if not isr:
             continue
-        leader = p.leader if p.leader in target else _first_live_in_isr(image, target, isr)
+        leader = (p.leader if p.leader in target
+                  else _first_live_in_isr(image, target, isr, p.offline_replicas))
         if leader == NO_LEADER and p.leader != NO_LEADER:
             continue  # no live target replica can take over yet: keep the current leader
         out.append(_replica_change(name, index, p, target, isr, leader))
@@ -179,6 +187,12 @@ def preferred_election(image: MetadataImage, topic: str, partition: int) -> Chan
         raise MetadataError(
             ErrorCode.ELECTION_NOT_NEEDED,
             f"{topic}-{partition}: preferred replica {preferred} already leads",
+        )
+    if preferred in p.offline_replicas:
+        raise MetadataError(
+            ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+            f"{topic}-{partition}: preferred replica {preferred} is in an offline log "
+            "directory; repair the disk and restart that broker first",
         )
     if preferred not in p.isr or not _live(image, preferred):
         raise MetadataError(
@@ -200,12 +214,13 @@ def unclean_election(image: MetadataImage, topic: str, partition: int) -> Change
         raise MetadataError(
             ErrorCode.ELECTION_NOT_NEEDED, f"{topic}-{partition} already has leader {p.leader}"
         )
-    leader = next((r for r in p.replicas if _live(image, r)), NO_LEADER)
+    leader = next((r for r in p.replicas if _live(image, r) and r not in p.offline_replicas),
+                  NO_LEADER)
     if leader == NO_LEADER:
         raise MetadataError(
             ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
-            f"{topic}-{partition}: none of the replicas {p.replicas} is live; "
-            "start one of them first",
+            f"{topic}-{partition}: none of the replicas {p.replicas} is live with its log "
+            "directory online; start one of them first",
         )
     return ChangePartition(
         topic, partition, leader=leader, isr=(leader,), expected_partition_epoch=p.partition_epoch
@@ -221,6 +236,7 @@ def imbalanced_partitions(image: MetadataImage) -> list[tuple[str, int]]:
         and p.leader != p.replicas[0]
         and p.replicas[0] in p.isr
         and _live(image, p.replicas[0])
+        and p.replicas[0] not in p.offline_replicas
     ]
 
 
@@ -233,7 +249,7 @@ def leaderless_elections(
     for name, index, p in _partitions(image):
         if p.leader != NO_LEADER:
             continue
-        leader = _first_live_in_isr(image, p.replicas, p.isr)
+        leader = _first_live_in_isr(image, p.replicas, p.isr, p.offline_replicas)
         if leader != NO_LEADER:
             out.append(
                 ChangePartition(
@@ -264,7 +280,7 @@ def controlled_shutdown_changes(image: MetadataImage, broker_id: int) -> list[Ch
         isr = [r for r in p.isr if r != broker_id]
         leader = p.leader
         if leader in (broker_id, NO_LEADER):
-            leader = _first_live_in_isr(image, p.replicas, isr)
+            leader = _first_live_in_isr(image, p.replicas, isr, p.offline_replicas)
             if leader == NO_LEADER and p.leader == broker_id:
                 continue
         if not isr:
@@ -285,9 +301,39 @@ def shutdown_ready(image: MetadataImage, broker_id: int) -> bool:
     """Whether a broker in controlled shutdown leads no partition that another live in-sync
     replica could take over: then stopping it makes nothing unavailable that could stay up."""
     return not any(
-        p.leader == broker_id and any(r != broker_id and _live(image, r) for r in p.isr)
+        p.leader == broker_id
+        and any(r != broker_id and _live(image, r) and r not in p.offline_replicas
+                for r in p.isr)
         for _, _, p in _partitions(image)
     )
+
+
+# ---- log directories that failed ----------------------------------------------------------------
+
+
+def offline_replica_changes(image: MetadataImage) -> list[ChangePartition]:
+    """Move leadership and ISR membership off replicas in offline log directories (Kafka's
+    ``handleDirectoriesOffline``): the ISR keeps only online replicas, and a leader whose
+    replica is offline hands over to the first live online in-sync replica.
+
+    Departure from Kafka (which leaves such a partition leaderless): when no other live
+    in-sync replica exists, the offline leader keeps the partition - it serves reads of what it
+    holds and answers writes KAFKA_STORAGE_ERROR - and stays in the ISR, so no data is given
+    up; a follower that catches up from it is then elected here."""
+    out: list[ChangePartition] = []
+    for name, index, p in _partitions(image):
+        offline = set(p.offline_replicas) & set(p.isr)
+        if not offline:
+            continue
+        online_isr = [r for r in p.isr if r not in offline]
+        leader = p.leader
+        if leader == NO_LEADER or leader in offline:
+            leader = _first_live_in_isr(image, p.replicas, online_isr)
+            if leader == NO_LEADER:
+                continue  # nobody else can take over: keep it as it is
+        out.append(ChangePartition(name, index, leader=leader, isr=tuple(online_isr),
+                                   expected_partition_epoch=p.partition_epoch))
+    return out
 
 
 def fence_changes(image: MetadataImage, broker_id: int) -> list[Command]:

@@ -11,6 +11,13 @@ controller validates before proposing, so in practice rejections only happen on 
 Commands are JSON objects with a ``"type"`` (``encode_command`` / ``decode_command``); a snapshot
 is the whole image as JSON (``MetadataImage.to_snapshot`` / ``from_snapshot``).
 
+A log directory that fails I/O on a broker is reported by that broker (``LogDirsOffline``, as
+KRaft learns of offline directories from the broker): the image keeps the broker's offline
+directories and marks its replicas in them offline; an offline replica may not join an ISR or
+become a leader, and the active controller moves leadership and ISR membership off it
+(``decisions.offline_replica_changes``). A new registration of the broker (a restart, which
+reopens its logs) clears both.
+
 As in KRaft, broker heartbeats are not logged: the controller tracks them in memory and logs only
 their consequences (``FenceBroker``/``UnfenceBroker`` and the ``ChangePartition`` commands that
 move leadership off a fenced broker). ``ChangePartition`` bumps the partition epoch on every
@@ -38,6 +45,7 @@ __all__ = [
     "DeleteTopic",
     "Endpoint",
     "FenceBroker",
+    "LogDirsOffline",
     "MetadataError",
     "MetadataImage",
     "PartitionState",
@@ -86,6 +94,19 @@ class UnregisterBroker:
 
     TYPE: ClassVar[str] = "UnregisterBroker"
     broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirsOffline:
+    """Broker ``broker_id`` (this incarnation) has log directories that failed I/O; the
+    replicas it holds in them (``partitions``) are offline. Cumulative: earlier reports stay."""
+
+    TYPE: ClassVar[str] = "LogDirsOffline"
+    broker_id: int
+    incarnation_id: str
+    dirs: tuple[tuple[str, str], ...]
+    """(directory, reason) pairs."""
+    partitions: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +212,7 @@ Command = (
     | SetClusterId
     | UnregisterBroker
     | AllocateProducerIds
+    | LogDirsOffline
     | Batch
 )
 _TYPES: dict[str, type[Any]] = {
@@ -207,6 +229,7 @@ _TYPES: dict[str, type[Any]] = {
         SetClusterId,
         UnregisterBroker,
         AllocateProducerIds,
+        LogDirsOffline,
         Batch,
     )
 }
@@ -220,6 +243,8 @@ _TUPLE_FIELDS = {
     "replicas",
     "adding_replicas",
     "removing_replicas",
+    "dirs",
+    "partitions",
 }
 
 
@@ -270,6 +295,8 @@ class BrokerRegistration:
     fenced: bool = True
     epoch: int = 0
     """The metadata offset of the registration (Kafka's broker epoch)."""
+    offline_log_dirs: dict[str, str] = field(default_factory=dict)
+    """Log directories of this incarnation that failed I/O, with the reason it reported."""
 
 
 @dataclass(slots=True)
@@ -281,6 +308,9 @@ class PartitionState:
     partition_epoch: int = 0
     adding_replicas: list[int] = field(default_factory=list)
     removing_replicas: list[int] = field(default_factory=list)
+    offline_replicas: list[int] = field(default_factory=list)
+    """Replicas whose log directory on their (registered) broker failed: they hold data that
+    can be read but take no writes, so they may not join the ISR or be elected."""
 
 
 @dataclass(slots=True)
@@ -354,9 +384,33 @@ class MetadataImage:
         self.next_producer_id += c.count
 
     def _apply_RegisterBroker(self, offset: int, c: RegisterBroker) -> None:
+        old = self.brokers.get(c.broker_id)
         self.brokers[c.broker_id] = BrokerRegistration(
             c.broker_id, c.incarnation_id, list(c.endpoints), c.rack, fenced=True, epoch=offset
         )
+        if old is not None and old.offline_log_dirs:  # a new incarnation reopened its logs
+            for t in self.topics.values():
+                for p in t.partitions.values():
+                    if c.broker_id in p.offline_replicas:
+                        p.offline_replicas.remove(c.broker_id)
+
+    def _apply_LogDirsOffline(self, offset: int, c: LogDirsOffline) -> None:
+        b = self._broker(c.broker_id)
+        if b.incarnation_id != c.incarnation_id:
+            raise MetadataError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"broker {c.broker_id} re-registered as {b.incarnation_id}, not "
+                f"{c.incarnation_id}; the new incarnation reports its own log directories",
+            )
+        b.offline_log_dirs.update(dict(c.dirs))
+        for topic, index in c.partitions:
+            t = self.topics.get(topic)
+            p = t.partitions.get(index) if t is not None else None
+            if p is None or c.broker_id not in p.replicas:
+                continue
+            if c.broker_id not in p.offline_replicas:
+                p.offline_replicas.append(c.broker_id)
+                p.offline_replicas.sort()
 
     def _broker(self, broker_id: int) -> BrokerRegistration:
         b = self.brokers.get(broker_id)
@@ -478,8 +532,21 @@ class MetadataImage:
             raise MetadataError(
                 ErrorCode.INELIGIBLE_REPLICA, f"fenced brokers {fenced} cannot join the ISR"
             )
+        offline = sorted(b for b in set(isr) - set(p.isr) if b in p.offline_replicas)
+        if offline:
+            raise MetadataError(
+                ErrorCode.INELIGIBLE_REPLICA,
+                f"the replicas of {c.topic}-{c.partition} on brokers {offline} are in offline "
+                f"log directories and cannot join the ISR",
+            )
         if leader != p.leader and leader != NO_LEADER and self._broker(leader).fenced:
             raise MetadataError(ErrorCode.INELIGIBLE_REPLICA, f"fenced broker {leader} cannot lead")
+        if leader != p.leader and leader in p.offline_replicas:
+            raise MetadataError(
+                ErrorCode.INELIGIBLE_REPLICA,
+                f"broker {leader} cannot lead {c.topic}-{c.partition}: its replica is in an "
+                f"offline log directory",
+            )
         if leader != p.leader:
             p.leader_epoch += 1
         p.leader, p.isr, p.replicas = leader, isr, replicas
@@ -548,7 +615,8 @@ def changes_for_fenced_broker(image: MetadataImage, broker_id: int) -> list[Chan
                 continue
             leader = p.leader
             if leader in (broker_id, NO_LEADER):
-                live = [r for r in p.replicas if r in isr and not image.brokers[r].fenced]
+                live = [r for r in p.replicas if r in isr and not image.brokers[r].fenced
+                        and r not in p.offline_replicas]
                 leader = live[0] if live else NO_LEADER
             out.append(ChangePartition(name, index, leader=leader, isr=tuple(isr)))
     return out

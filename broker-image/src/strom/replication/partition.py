@@ -97,7 +97,7 @@ class Partition:
         """The ISR with ``replica`` added, if it may join now and no change is pending."""
         if self.pending_isr is not None or replica in self.view.isr:
             return None
-        if replica not in self.assigned():
+        if replica not in self.assigned() or replica in self.view.offline:
             return None
         state = self.followers.get(replica)
         if state is None or not isr.can_join(state, self.log.high_watermark,

@@ -29,6 +29,8 @@ class PartitionView:
     isr: tuple[int, ...]
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    offline: tuple[int, ...] = ()
+    """Replicas in log directories their brokers reported offline: they may not join the ISR."""
 
 
 AlterIsr = Callable[[str, int, tuple[int, ...], int], Awaitable[None]]

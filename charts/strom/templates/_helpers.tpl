@@ -88,3 +88,16 @@ subresource), so no rule grants `update` except on finalizers, which the API ser
     resources: [servicemonitors]
     verbs: [get, list, watch, create, patch, delete]
 {{- end }}
+
+{{- /*
+Whether to render a prometheus-operator object: "true" for enabled=true, and for enabled="auto"
+when the API server serves its kind (.Capabilities; `helm template` needs --api-versions).
+Called with (dict "enabled" VALUE "kind" "PodMonitor" "root" $).
+*/}}
+{{- define "strom.monitoringEnabled" -}}
+{{- $on := .enabled -}}
+{{- if and (kindIs "string" $on) (eq $on "auto") -}}
+{{- if .root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind) -}}true{{- end -}}
+{{- else if and (kindIs "bool" $on) $on -}}true
+{{- end -}}
+{{- end -}}

@@ -11,6 +11,7 @@ them: a ``.Values`` path that does not exist renders silently as empty.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -32,8 +33,9 @@ RELEASE = "rel"
 NAMESPACE = "strom-system"
 FULLNAME = "rel-strom"
 #: Kinds kubernetes-validate has no schema for (prometheus-operator CRDs): checked structurally.
-MONITORING_KINDS = {"ServiceMonitor", "PrometheusRule"}
-DASHBOARDS = {"cluster-overview", "topics", "consumer-groups", "operator"}
+MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+DASHBOARDS = {"cluster-overview", "topics", "consumer-groups", "controller", "operator"}
+RULE_TESTS = Path(__file__).with_name("prometheus-rules.test.yaml")
 
 #: The documented variants of values.yaml (its comments and docs/operations.md).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -42,12 +44,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "namespaced-release-ns": {"watch": {"clusterWide": False}},
     "monitoring": {
         "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prom"}},
+        "podMonitor": {"enabled": True, "interval": "10s", "labels": {"release": "prom"}},
         "prometheusRule": {
             "enabled": True,
             "labels": {"release": "prom"},
             "consumerLagThreshold": 500,
             "diskUsageThreshold": 0.9,
         },
+    },
+    # Without the prometheus-operator CRDs on the API server, "auto" renders none of them.
+    "monitoring-auto": {
+        "serviceMonitor": {"enabled": "auto"},
+        "podMonitor": {"enabled": "auto"},
+        "prometheusRule": {"enabled": "auto"},
+        "metrics": {"podAnnotations": False},
     },
     "no-dashboards": {"dashboards": {"enabled": False}},
     "dashboards-elsewhere": {
@@ -149,9 +159,11 @@ def test_inventory_per_variant(chart):
             *rbac_cluster_wide,
             *dashboards,
             *sa,
+            "PodMonitor",
             "PrometheusRule",
             "ServiceMonitor",
         ],
+        "monitoring-auto": base + rbac_cluster_wide + dashboards + sa,
         "no-dashboards": base + rbac_cluster_wide + sa,
         "dashboards-elsewhere": base + rbac_cluster_wide + dashboards + sa,
         "custom": base + rbac_cluster_wide + dashboards + sa,
@@ -326,7 +338,12 @@ def test_deployment_gets_custom_values(chart):
     }
     assert container["resources"] == VARIANTS["custom"]["resources"]
     assert {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"] == 9100
-    assert pod["metadata"]["annotations"] == {"example/scrape": "true"}
+    assert pod["metadata"]["annotations"] == {
+        "example/scrape": "true",
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9100",
+        "prometheus.io/path": "/metrics",
+    }
     assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert pod["spec"]["tolerations"] == VARIANTS["custom"]["tolerations"]
@@ -544,6 +561,9 @@ def test_dashboards_are_grafana_json():
         uids.add(doc["uid"])
         assert doc["title"].startswith("Strom / ") and doc["panels"]
         for panel in doc["panels"]:
+            if panel["type"] == "row":
+                assert not panel.get("targets") and panel["title"]
+                continue
             assert panel["targets"] and all(t["expr"] for t in panel["targets"])
 
 
@@ -578,7 +598,7 @@ def test_service_monitor_scrapes_the_metrics_service(chart):
     service = one(objs, "Service", f"{FULLNAME}-metrics")
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
-    endpoint = {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    endpoint = {"port": "metrics", "path": "/metrics", "interval": "15s", "honorLabels": True}
     assert monitor["spec"]["endpoints"] == [endpoint]
     assert {p["name"] for p in service["spec"]["ports"]} == {"metrics"}
     assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
@@ -621,6 +641,121 @@ def test_promtool_check_rules(chart, tmp_path):
         ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+_NEEDS_PROMTOOL = pytest.mark.skipif(
+    shutil.which("promtool") is None and os.environ.get("CI", "").lower() != "true",
+    reason="promtool not installed (Debian package prometheus)",
+)
+
+
+def _alert_names(spec: dict[str, Any]) -> set[str]:
+    return {r["alert"] for g in spec["groups"] for r in g["rules"] if "alert" in r}
+
+
+def test_every_alert_has_a_case_that_fires_and_one_that_does_not(chart):
+    """The promtool tests cover every alert both ways (and name no alert that does not exist)."""
+    alerts = _alert_names(_prometheus_rule(chart, {"prometheusRule": {"enabled": True}})["spec"])
+    fires: set[str] = set()
+    quiet: set[str] = set()
+    for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
+        for check in case.get("alert_rule_test", []):
+            (fires if check.get("exp_alerts") else quiet).add(check["alertname"])
+    assert fires <= alerts and quiet <= alerts, sorted((fires | quiet) - alerts)
+    assert not alerts - fires, f"no case where these fire: {sorted(alerts - fires)}"
+    assert not alerts - quiet, f"no case where these stay quiet: {sorted(alerts - quiet)}"
+    assert len(alerts) >= 13
+
+
+@_NEEDS_PROMTOOL
+def test_promtool_test_rules(chart, tmp_path):
+    """`promtool test rules` on the rules as the chart renders them with its default thresholds."""
+    rule = _prometheus_rule(chart, {"prometheusRule": {"enabled": True}})
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
+    (tmp_path / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
+    result = subprocess.run(
+        ["promtool", "test", "rules", RULE_TESTS.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@_NEEDS_PROMTOOL
+def test_promtool_test_rules_catches_a_broken_alert(chart, tmp_path):
+    """The alert tests can fail: a lag alert that never fires is caught."""
+    rule = _prometheus_rule(chart, {"prometheusRule": {"enabled": True}})
+    text = yaml.safe_dump(rule["spec"]).replace("> 10000", "> 1e12")
+    assert text != yaml.safe_dump(rule["spec"])
+    (tmp_path / "rules.yaml").write_text(text)
+    (tmp_path / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
+    result = subprocess.run(
+        ["promtool", "test", "rules", RULE_TESTS.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode != 0 and "StromConsumerGroupLag" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variant", "selector"),
+    [("monitoring", {"any": True}), ("namespaced", {"matchNames": ["team-a", "team-b"]})],
+)
+def test_pod_monitor_scrapes_every_broker_pod(chart, variant, selector):
+    values = {**VARIANTS[variant], "podMonitor": {"enabled": True, "interval": "10s"}}
+    monitor = one(render(chart, values), "PodMonitor", f"{FULLNAME}-brokers")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["namespaceSelector"] == selector
+    # The labels and port name the operator gives broker pods.
+    from strom_operator.model import manifests
+
+    broker_labels = manifests.selector_labels("any-cluster")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= broker_labels.items()
+    assert monitor["spec"]["podMetricsEndpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "10s"}
+    ]
+
+
+def test_operator_pod_carries_scrape_annotations_by_default(chart):
+    pod = one(render(chart, {}), "Deployment")["spec"]["template"]
+    assert pod["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8081",
+        "prometheus.io/path": "/metrics",
+    }
+    off = one(render(chart, VARIANTS["monitoring-auto"]), "Deployment")["spec"]["template"]
+    assert "annotations" not in off["metadata"]
+
+
+def test_documented_kubernetes_sd_config_matches_the_pods(chart):
+    """The documented plain-Prometheus config selects the labels and annotations the chart and
+    the operator put on pods (the kube test runs Prometheus with it for real)."""
+    from strom_operator.model import manifests
+
+    doc = yaml.safe_load((CHART.parents[1] / "docs" / "prometheus" / "kubernetes-sd-scrape.yaml")
+                         .read_text())
+    jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
+    assert set(jobs) == {"strom-brokers", "strom-operator"}
+    broker_sel = jobs["strom-brokers"]["kubernetes_sd_configs"][0]["selectors"][0]["label"]
+    labels = manifests.selector_labels("c")
+    assert broker_sel == ",".join(
+        f"{k}={labels[k]}" for k in ("app.kubernetes.io/name", "app.kubernetes.io/component")
+    )
+    deploy = one(render(chart, {}), "Deployment")["spec"]["template"]
+    op_sel = jobs["strom-operator"]["kubernetes_sd_configs"][0]["selectors"][0]["label"]
+    key, value = op_sel.split("=")
+    assert deploy["metadata"]["labels"][key] == value
+    assert jobs["strom-operator"]["honor_labels"] is True
+    for job in jobs.values():
+        keep = job["relabel_configs"][0]
+        assert keep["source_labels"] == ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"]
+        targets = {r.get("target_label") for r in job["relabel_configs"]}
+        assert {"namespace", "pod", "container", "__metrics_path__"} <= targets
 
 
 def test_chart_metadata(chart):

@@ -112,7 +112,13 @@ def test_statefulset():
     env = {e["name"]: e for e in pod["initContainers"][0]["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env["STROM_RACK_TOPOLOGY_KEY"]["value"] == "topology.kubernetes.io/zone"
-    assert manifests.CONFIG_HASH_ANNOTATION in spec["template"]["metadata"]["annotations"]
+    annotations = spec["template"]["metadata"]["annotations"]
+    assert manifests.CONFIG_HASH_ANNOTATION in annotations
+    # Plain Prometheus (docs/prometheus/kubernetes-sd-scrape.yaml) scrapes what these name.
+    metrics_port = next(p for p in pod["containers"][0]["ports"] if p["name"] == "metrics")
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(metrics_port["containerPort"])
+    assert annotations["prometheus.io/path"] == "/metrics"
 
 
 def test_pdb_and_services():

@@ -89,6 +89,8 @@ class BrokerCore:
             config.broker_id, link.propose,
             lambda: link.image.producer_id_blocks.get(config.broker_id))
         metrics.watch_logs(replicas.logs)
+        metrics.watch_quorum(link)
+        metrics.watch_log_dirs(str(d) for d in logs.log_dirs)
         groups = GroupCoordinator(GroupSettings.from_config(config), config.broker_id, metadata,
                                   replicas, topics, metrics)
         publisher.on_leadership = groups.on_leadership

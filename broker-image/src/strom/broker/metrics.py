@@ -27,6 +27,11 @@ partitions, lag only where this broker hosts the partition and so knows its high
 lag a consumer can act on: records below the high watermark are the readable ones). Rebalances
 are counted and timed per group as they happen.
 
+Controller and Raft health come from :mod:`strom.broker.quorum_metrics` (``watch_quorum``), and
+the size and free space of each log directory's file system from ``os.statvfs`` at scrape time
+(``watch_log_dirs``). ``EXPORTED`` (at the end) lists every name: the one list the chart's
+dashboards and alerts are checked against.
+
 Names follow Kafka's ``BrokerTopicMetrics`` (bytes/messages in and out per topic); messages out
 are counted from the batch headers' record counts, without decoding records.
 """
@@ -34,6 +39,7 @@ are counted from the batch headers' record counts, without decoding records.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
@@ -43,6 +49,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from strom.broker.quorum_metrics import QuorumCollector, QuorumSource
 from strom.model.lag import partition_lag
 from strom.replication.manager import ReplicaManager
 from strom.storage.log import PartitionLog
@@ -109,6 +116,9 @@ class BrokerMetrics:
             registry=r)
         self.groups: GroupsSource | None = None
         r.register(_GroupCollector(self))
+        self.quorum = QuorumCollector()
+        r.register(self.quorum)
+        self.log_dirs: tuple[str, ...] = ()
 
     def watch_replicas(self, replicas: ReplicaManager) -> None:
         """Read replication gauges and counters from ``replicas`` at scrape time."""
@@ -121,6 +131,14 @@ class BrokerMetrics:
         owner = getattr(source, "__self__", None)
         if isinstance(owner, ReplicaManager):
             self.replication = owner
+
+    def watch_quorum(self, source: QuorumSource) -> None:
+        """Read Raft and controller health from ``source`` (the cluster link) at scrape time."""
+        self.quorum.source = source
+
+    def watch_log_dirs(self, dirs: Iterable[str]) -> None:
+        """Report the file-system size and free space of each log directory at scrape time."""
+        self.log_dirs = tuple(dirs)
 
     def watch_groups(self, source: GroupsSource) -> None:
         """Read group states and committed offsets from ``source`` at scrape time."""
@@ -240,6 +258,19 @@ class _LogCollector(Collector):
         yield GaugeMetricFamily("strom_broker_active_connections", "Distinct client peers "
                                 f"seen in the last {int(PEER_WINDOW_S)} seconds.",
                                 value=self._metrics.active_peers())
+        total = GaugeMetricFamily("strom_log_dir_size_bytes", "Size of the file system holding "
+                                  "a log directory.", labels=["dir"])
+        free = GaugeMetricFamily("strom_log_dir_free_bytes", "Bytes free to the broker on the "
+                                 "file system holding a log directory.", labels=["dir"])
+        for directory in self._metrics.log_dirs:
+            try:
+                fs = os.statvfs(directory)
+            except OSError:
+                continue  # gone or unreadable: strom_log_dir_offline says so
+            total.add_metric([directory], fs.f_blocks * fs.f_frsize)
+            free.add_metric([directory], fs.f_bavail * fs.f_frsize)
+        yield total
+        yield free
 
 
 class _ReplicationCollector(Collector):
@@ -268,6 +299,11 @@ class _ReplicationCollector(Collector):
         yield GaugeMetricFamily("strom_replica_fetcher_max_lag", "Records the most-behind "
                                 "followed partition lacks, as of its last fetch.",
                                 value=manager.max_follower_lag())
+        lag = GaugeMetricFamily("strom_replica_fetcher_lag", "Records a followed partition "
+                                "lacks, as of its last fetch.", labels=["topic", "partition"])
+        for topic, partition, behind in manager.follower_lags():
+            lag.add_metric([topic, str(partition)], behind)
+        yield lag
         yield CounterMetricFamily("strom_isr_shrinks", "ISR shrinks proposed by this broker "
                                   "as leader and committed.", value=manager.isr_shrinks)
         yield CounterMetricFamily("strom_isr_expands", "ISR expansions proposed by this broker "
@@ -278,3 +314,36 @@ class _ReplicationCollector(Collector):
         yield CounterMetricFamily("strom_replication_bytes_out", "Bytes of record batches "
                                   "sent to followers as a leader.",
                                   value=manager.replication_bytes_out)
+
+
+#: Every sample name a broker exports, as Prometheus stores it (counters with ``_total``,
+#: histograms with ``_bucket``/``_sum``/``_count``; the ``_created`` samples prometheus_client
+#: adds are left out). The one list the chart's dashboards and alerts are checked against; the
+#: Prometheus test of the dashboards checks it against a busy cluster's scrape, both ways.
+EXPORTED = frozenset({
+    "strom_broker_bytes_in_total", "strom_broker_bytes_out_total",
+    "strom_broker_messages_in_total", "strom_broker_messages_out_total",
+    "strom_broker_requests_total", "strom_broker_partition_errors_total",
+    "strom_broker_request_duration_seconds_bucket", "strom_broker_request_duration_seconds_sum",
+    "strom_broker_request_duration_seconds_count",
+    "strom_broker_connections", "strom_broker_connections_created_total",
+    "strom_broker_inflight_requests", "strom_broker_up", "strom_broker_info",
+    "strom_broker_offline_log_dirs", "strom_log_dir_offline",
+    "strom_log_dir_size_bytes", "strom_log_dir_free_bytes",
+    "strom_log_size_bytes", "strom_log_end_offset", "strom_log_start_offset",
+    "strom_log_high_watermark", "strom_broker_partitions", "strom_broker_active_connections",
+    "strom_under_replicated_partitions", "strom_under_min_isr_partitions",
+    "strom_offline_partitions", "strom_leader_partitions", "strom_replica_fetcher_max_lag",
+    "strom_replica_fetcher_lag", "strom_isr_shrinks_total", "strom_isr_expands_total",
+    "strom_replication_bytes_in_total", "strom_replication_bytes_out_total",
+    "strom_consumer_groups", "strom_consumer_group_committed_offset", "strom_consumer_group_lag",
+    "strom_consumer_group_rebalances_total",
+    "strom_consumer_group_rebalance_duration_seconds_bucket",
+    "strom_consumer_group_rebalance_duration_seconds_sum",
+    "strom_consumer_group_rebalance_duration_seconds_count",
+    "strom_raft_current_leader", "strom_raft_current_term", "strom_raft_state",
+    "strom_raft_log_end_offset", "strom_raft_high_watermark", "strom_raft_applied_offset",
+    "strom_controller_active", "strom_controller_brokers", "strom_controller_topics",
+    "strom_controller_partitions", "strom_controller_offline_partitions",
+    "strom_controller_preferred_replica_imbalance", "strom_controller_reassigning_partitions",
+})

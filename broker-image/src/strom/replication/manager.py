@@ -268,6 +268,13 @@ class ReplicaManager:
     def leader_count(self) -> int:
         return sum(1 for p in self._partitions.values() if p.is_leader)
 
+    def follower_lags(self) -> Iterator[tuple[str, int, int]]:
+        """(topic, partition, records behind) of each followed partition, as of its last fetch
+        (Kafka's per-partition FetcherLagMetrics ConsumerLag)."""
+        for (topic, partition), p in self._partitions.items():
+            if not p.is_leader and not p.offline:
+                yield topic, partition, p.fetch_lag
+
     # -- request path (leader) --------------------------------------------------------------------
 
     def leader_log(self, topic: str, partition: int, current_leader_epoch: int = -1

@@ -54,9 +54,9 @@ def run(body: kopf.Body, old_spec: dict[str, Any] | None, retry: int) -> None:
         kopf.warn(body, reason=err.reason, message=f"{err} (retry in {backoff(retry):.0f}s)")
         raise kopf.TemporaryError(str(err), delay=backoff(retry)) from err
     metrics.RECONCILE_TOTAL.labels("StromCluster", "ok").inc()
-    metrics.record_cluster_status(
-        body.metadata.namespace or "", body.metadata.name or "", outcome.status
-    )
+    # The reconcile's status patch merges into the stored status: read both, newest last.
+    status = {**dict(raw.get("status") or {}), **outcome.status}
+    metrics.record_cluster_status(body.metadata.namespace or "", body.metadata.name or "", status)
     _post(body, outcome.events)
 
 

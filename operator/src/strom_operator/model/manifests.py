@@ -357,6 +357,16 @@ def _env(ref: ClusterRef, spec: StromClusterSpec) -> list[dict[str, Any]]:
     ]
 
 
+def scrape_annotations(port: int) -> dict[str, str]:
+    """The ``prometheus.io/*`` annotations plain Prometheus' kubernetes_sd scrape config keys on
+    (docs/prometheus/kubernetes-sd-scrape.yaml); prometheus-operator users get a PodMonitor."""
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(port),
+        "prometheus.io/path": "/metrics",
+    }
+
+
 def statefulset(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
     names = Names(ref.name)
     mounts = [
@@ -434,7 +444,10 @@ def statefulset(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
             "template": {
                 "metadata": {
                     "labels": labels(ref.name),
-                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash(ref, spec)},
+                    "annotations": {
+                        CONFIG_HASH_ANNOTATION: config_hash(ref, spec),
+                        **scrape_annotations(spec.metrics.port),
+                    },
                 },
                 "spec": {
                     "serviceAccountName": names.service_account,

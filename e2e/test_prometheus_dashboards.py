@@ -188,7 +188,33 @@ def test_every_broker_dashboard_panel_has_data(tmp_path: Path) -> None:
                 _check_exported(prom)
             finally:
                 traffic.stop()
+            _check_values(cluster, prom)
     assert traffic.consumed > 0 and traffic.produced > 0
+
+
+def _scalar(prom: PrometheusApi, expr: str) -> float:
+    result = prom.query(expr)
+    assert len(result) == 1, (expr, result)
+    return float(result[0]["value"][1])
+
+
+def _check_values(cluster: Cluster, prom: PrometheusApi) -> None:
+    """The numbers agree with the cluster: one active controller, every broker agreeing on the
+    quorum leader, the controller's counts, and the dashboards' lag join equal to the lag the
+    Admin API computes once traffic has stopped."""
+    assert _scalar(prom, "sum(strom_controller_active)") == 1
+    leaders = {r["value"][1] for r in prom.query("strom_raft_current_leader")}
+    assert leaders == {str(cluster.controller_id())}, leaders
+    assert _scalar(prom, 'max(strom_controller_brokers{state="active"})') == 3
+    with cluster.admin() as admin:
+        partitions = sum(len(t.partitions) for t in admin.describe_topics(None))
+        expected = sum(p.lag or 0 for p in admin.group_lag(GROUP) if p.topic == TOPIC)
+    assert _scalar(prom, "max(strom_controller_partitions)") >= partitions >= 6
+    lag = (f'sum(clamp_min(max by (namespace, topic, partition) (strom_log_high_watermark) '
+           f'- on (namespace, topic, partition) group_right max by (namespace, group, topic, '
+           f'partition) (strom_consumer_group_committed_offset{{group="{GROUP}"}}), 0))')
+    prom.wait_for(f"lag from broker metrics == Admin.group_lag ({expected})",
+                  lambda: _scalar(prom, lag) == expected or None, timeout=30)
 
 
 def _check_exported(prom: PrometheusApi) -> None:

@@ -288,7 +288,8 @@ def _container(objs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _env(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container["env"]}
+    return {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"]
+            for e in container["env"]}
 
 
 def test_deployment_defaults(chart):
@@ -310,6 +311,10 @@ def test_deployment_defaults(chart):
         "STROM_OPERATOR_ADMIN_TIMEOUT_MS": "5000",
         "STROM_OPERATOR_REBALANCE_THROTTLE": "52428800",
         "STROM_OPERATOR_METRICS_PORT": "8081",
+        "STROM_OPERATOR_NAMESPACE": "metadata.namespace",
+        # the NetworkPolicy's operator rule selects these (the Deployment's selector labels)
+        "STROM_OPERATOR_POD_LABELS": ",".join(
+            f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items()),
     }
     assert container["resources"] == {
         "requests": {"cpu": "50m", "memory": "128Mi"},
@@ -331,7 +336,10 @@ def test_deployment_gets_custom_values(chart):
     assert container["image"] == "registry.example/strom-op:9.9.9"
     assert container["imagePullPolicy"] == "Always"
     assert container["args"] == ["--log-level=DEBUG"]
-    assert _env(container) == {
+    env = _env(container)
+    assert env.pop("STROM_OPERATOR_POD_LABELS").endswith("app.kubernetes.io/instance=rel")
+    assert env.pop("STROM_OPERATOR_NAMESPACE") == "metadata.namespace"
+    assert env == {
         "STROM_OPERATOR_ADMIN_TIMEOUT_MS": "1500",
         "STROM_OPERATOR_REBALANCE_THROTTLE": "0",
         "STROM_OPERATOR_METRICS_PORT": "9100",
@@ -451,6 +459,8 @@ NAMESPACED_VERBS: dict[tuple[str, str], frozenset[str]] = {
 #: Cluster-scoped, in both watch modes.
 CLUSTER_VERBS: dict[tuple[str, str], frozenset[str]] = {
     ("storage.k8s.io", "storageclasses"): frozenset({"get"}),  # can volumes grow?
+    # Its own namespace's labels (is a NetworkPolicy enforced?): resourceNames-limited.
+    ("", "namespaces"): frozenset({"get"}),
     # Brokers' rack bindings: applied, deleted with their StromCluster.
     ("rbac.authorization.k8s.io", "clusterrolebindings"): frozenset(
         {"get", "create", "patch", "delete"}
@@ -528,6 +538,8 @@ def test_rbac_grants_exactly_what_the_operator_uses(chart, variant):
             assert "*" not in {group, resource, *verbs}
             if "bind" in verbs:  # bind only the brokers' rack role, nothing else
                 assert resource == "clusterroles" and names == [RACK_CLUSTER_ROLE]
+            elif resource == "namespaces":  # its own namespace only
+                assert names == [NAMESPACE] and verbs == {"get"}
             else:
                 assert names is None
 

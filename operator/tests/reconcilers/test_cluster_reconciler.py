@@ -90,13 +90,83 @@ def test_api_failure_is_retryable_and_reported():
     assert "StatefulSet c-broker" in cond(api, "Ready")["message"]
 
 
-def test_missing_service_monitor_crd_is_a_warning_not_a_failure():
+def test_missing_service_monitor_crd_is_a_condition_not_a_failure():
     api = FakeApi()
     api.fail_apply["ServiceMonitor"] = 404
-    out = rc.ClusterReconciler(api).reconcile(
-        body({"storage": {"size": "1Gi"}, "metrics": {"serviceMonitor": {"enabled": True}}})
-    )
-    assert any(e.reason == "NoServiceMonitorCRD" for e in out.events)
+    spec = {"storage": {"size": "1Gi"}, "metrics": {"serviceMonitor": {"enabled": True}}}
+    r = rc.ClusterReconciler(api)
+    out = r.reconcile(body(spec))
+    sm = cond(api, "ServiceMonitorAvailable")
+    assert (sm["status"], sm["reason"]) == ("False", "CRDNotInstalled")
+    assert "prometheus-operator" in sm["message"]
+    assert [e.reason for e in out.events if e.type == "Warning"] == ["CRDNotInstalled"]
+    assert cond(api, "Reconciled")["status"] == "True"  # the rest was applied
+    api.find("StatefulSet", "c-broker")["status"] = {"replicas": 3, "readyReplicas": 3}
+    out = r.reconcile(body(spec, status=api.find("StromCluster", "c")["status"]))
+    assert cond(api, "Ready")["status"] == "True"
+    assert not [e for e in out.events if e.type == "Warning"], "warned once, not every reconcile"
+    del api.fail_apply["ServiceMonitor"]
+    r.reconcile(body(spec, status=api.find("StromCluster", "c")["status"]))
+    assert cond(api, "ServiceMonitorAvailable")["status"] == "True"
+
+
+def _ready_pods(api, n=3, name="c"):
+    for i in range(n):
+        api.put({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": f"{name}-broker-{i}", "namespace": "ns",
+                              "labels": manifests.selector_labels(name)},
+                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+
+
+def test_nodes_without_the_zone_label_are_reported_and_the_cluster_carries_on():
+    from tests.reconcilers.fake_admin import FakeCluster
+
+    api = FakeApi()
+    admin = FakeCluster([0, 1, 2], racks={0: "a", 1: None, 2: None})
+    spec = {"storage": {"size": "1Gi"}, "rack": {"topologyKey": "topology.kubernetes.io/zone"}}
+    r = rc.ClusterReconciler(api, admin)
+    r.reconcile(body(spec))
+    api.find("StatefulSet", "c-broker")["status"] = {"replicas": 3, "readyReplicas": 3}
+    r.reconcile(body(spec, status=api.find("StromCluster", "c")["status"]))
+    rack = cond(api, "RackAware")
+    assert (rack["status"], rack["reason"]) == ("False", "NodeLabelMissing")
+    assert "[1, 2]" in rack["message"] and "topology.kubernetes.io/zone" in rack["message"]
+    assert cond(api, "Ready")["status"] == "True"
+
+
+@pytest.mark.parametrize(
+    ("connected", "ns_labels", "status", "reason"),
+    [
+        (True, {}, "False", "NotEnforced"),
+        (False, {}, "True", "Enforced"),
+        (None, {}, "Unknown", "NotProbed"),  # refused or unresolvable: no verdict
+        (True, {"strom.dev/client": "true"}, "Unknown", "CannotTell"),
+    ],
+)
+def test_network_policy_enforcement_is_probed(connected, ns_labels, status, reason):
+    from tests.reconcilers.fake_admin import FakeCluster
+
+    api = FakeApi()
+    api.put({"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": "strom-system", "labels": ns_labels}})
+    _ready_pods(api)
+    probed = []
+
+    def probe(host, port):
+        probed.append((host, port))
+        return connected, "refused" if connected is None else "probe"
+
+    who = manifests.OperatorIdentity("strom-system", (("app", "op"),))
+    spec = {"storage": {"size": "1Gi"},
+            "networkPolicy": {"enabled": True,
+                              "clientNamespaceLabels": {"strom.dev/client": "true"}}}
+    r = rc.ClusterReconciler(api, FakeCluster([0, 1, 2]), operator=who, probe=probe)
+    r.reconcile(body(spec))
+    got = cond(api, "NetworkPolicyEnforced")
+    assert (got["status"], got["reason"]) == (status, reason), got["message"]
+    assert probed == [("c-broker-0.c-brokers.ns.svc", 19092)]
+    policy = api.find("NetworkPolicy", "c-broker")
+    assert policy["spec"]["ingress"][-1]["ports"] == [{"port": 9092, "protocol": "TCP"}]
 
 
 def test_scale_out_applies_at_once_scale_in_waits_for_drain():

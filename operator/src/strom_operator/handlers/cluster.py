@@ -14,8 +14,9 @@ import kopf
 
 from strom_operator.handlers import metrics
 from strom_operator.reconcilers import cluster as reconciler
-from strom_operator.reconcilers.admin import AdminClusterAdmin
+from strom_operator.reconcilers.admin import AdminClusterAdmin, operator_identity_from_env
 from strom_operator.reconcilers.kube import KubernetesApi
+from strom_operator.reconcilers.probes import tcp_probe
 
 GROUP, VERSION, PLURAL = "strom.dev", "v1alpha1", "stromclusters"
 MAX_DELAY = 300.0
@@ -26,6 +27,11 @@ def default_admin() -> AdminClusterAdmin:
     """The Admin API client every handler uses (settings from the environment, see
     :mod:`strom_operator.reconcilers.admin`)."""
     return AdminClusterAdmin.from_env()
+
+
+def cluster_reconciler() -> reconciler.ClusterReconciler:
+    return reconciler.ClusterReconciler(KubernetesApi(), default_admin(),
+                                        operator=operator_identity_from_env(), probe=tcp_probe)
 
 
 def backoff(retry: int) -> float:
@@ -42,9 +48,7 @@ def run(body: kopf.Body, old_spec: dict[str, Any] | None, retry: int) -> None:
     raw = dict(body)
     try:
         with metrics.RECONCILE_SECONDS.labels("StromCluster").time():
-            outcome = reconciler.ClusterReconciler(KubernetesApi(), default_admin()).reconcile(
-                raw, old_spec
-            )
+            outcome = cluster_reconciler().reconcile(raw, old_spec)
     except reconciler.ReconcileError as err:
         result = "invalid" if err.permanent else "error"
         metrics.RECONCILE_TOTAL.labels("StromCluster", result).inc()
@@ -80,11 +84,13 @@ def on_resume(body: kopf.Body, retry: int, **_: Any) -> None:
 def periodic(body: kopf.Body, **_: Any) -> None:
     """Progress that needs no spec change: rolls, drains, rebalances, waiting for brokers."""
     try:
-        outcome = reconciler.ClusterReconciler(KubernetesApi(), default_admin()).reconcile(
-            dict(body)
-        )
+        outcome = cluster_reconciler().reconcile(dict(body))
     except reconciler.ReconcileError:
         return  # the status says why; the change handlers own the retries
+    # Rebalances, drains and brokers coming up progress here, between spec changes: the gauges
+    # must follow them, not only the change handlers.
+    status = {**dict(body.get("status") or {}), **outcome.status}
+    metrics.record_cluster_status(body.metadata.namespace or "", body.metadata.name or "", status)
     _post(body, outcome.events)
 
 

@@ -24,6 +24,9 @@ STORAGE_RESIZING = "StorageResizing"
 ADMIN_API = "AdminApiAvailable"
 OFFSETS_RESET = "OffsetsReset"
 AUTOSCALING = "Autoscaling"
+SERVICE_MONITOR = "ServiceMonitorAvailable"
+RACK_AWARE = "RackAware"
+NETWORK_POLICY = "NetworkPolicyEnforced"
 
 KNOWN_TYPES = (
     READY,
@@ -35,6 +38,9 @@ KNOWN_TYPES = (
     ADMIN_API,
     OFFSETS_RESET,
     AUTOSCALING,
+    SERVICE_MONITOR,
+    RACK_AWARE,
+    NETWORK_POLICY,
 )
 
 

@@ -308,21 +308,20 @@ def _resources(spec: StromClusterSpec) -> dict[str, dict[str, str]]:
 
 
 def _affinity(ref: ClusterRef) -> dict[str, Any]:
-    """Spread brokers over nodes (required) and zones (preferred)."""
+    """Spread brokers over nodes and zones, preferred rather than required (Strimzi sets no
+    anti-affinity by default): with a required rule a cluster with fewer nodes than brokers
+    leaves the extra brokers Pending for ever (a single-node cluster ran 1 of 3), while
+    replication already survives the loss of any broker."""
     selector = {"matchLabels": selector_labels(ref.name)}
     return {
         "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
-            ],
             "preferredDuringSchedulingIgnoredDuringExecution": [
                 {
-                    "weight": 100,
-                    "podAffinityTerm": {
-                        "labelSelector": selector,
-                        "topologyKey": "topology.kubernetes.io/zone",
-                    },
+                    "weight": weight,
+                    "podAffinityTerm": {"labelSelector": selector, "topologyKey": key},
                 }
+                for weight, key in ((100, "kubernetes.io/hostname"),
+                                    (50, "topology.kubernetes.io/zone"))
             ],
         }
     }
@@ -502,13 +501,34 @@ def service_monitor(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
     }
 
 
-def network_policy(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class OperatorIdentity:
+    """Where the operator's own pods run (its namespace and pod labels), for the NetworkPolicy."""
+
+    namespace: str
+    pod_labels: tuple[tuple[str, str], ...]
+
+
+def network_policy(ref: ClusterRef, spec: StromClusterSpec,
+                   operator: OperatorIdentity | None = None) -> dict[str, Any]:
     """Brokers reach each other on every port; clients reach the gRPC and Kafka ports; metrics
-    are open."""
+    are open; the operator's pods reach the gRPC port (its Admin API calls) and nothing else,
+    which is what lets it probe whether the policy is enforced
+    (:mod:`strom_operator.model.environment`)."""
     peers = {"podSelector": {"matchLabels": selector_labels(ref.name)}}
     client_from: list[dict[str, Any]] = [
         {"namespaceSelector": {"matchLabels": dict(spec.network_policy.client_namespace_labels)}}
     ]
+    operator_rules: list[dict[str, Any]] = []
+    if operator is not None:
+        operator_rules.append({
+            "from": [{
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": operator.namespace}},
+                "podSelector": {"matchLabels": dict(operator.pod_labels)},
+            }],
+            "ports": [{"port": spec.listeners.port, "protocol": "TCP"}],
+        })
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -524,12 +544,14 @@ def network_policy(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
                               {"port": spec.listeners.kafka_port, "protocol": "TCP"}],
                 },
                 {"ports": [{"port": spec.metrics.port, "protocol": "TCP"}]},
+                *operator_rules,
             ],
         },
     }
 
 
-def desired_objects(ref: ClusterRef, spec: StromClusterSpec) -> list[dict[str, Any]]:
+def desired_objects(ref: ClusterRef, spec: StromClusterSpec,
+                    operator: OperatorIdentity | None = None) -> list[dict[str, Any]]:
     """Every object the cluster needs, in the order to apply them."""
     objects = [service_account(ref)]
     if spec.rack is not None:
@@ -544,5 +566,5 @@ def desired_objects(ref: ClusterRef, spec: StromClusterSpec) -> list[dict[str, A
     if spec.metrics.service_monitor.enabled:
         objects.append(service_monitor(ref, spec))
     if spec.network_policy.enabled:
-        objects.append(network_policy(ref, spec))
+        objects.append(network_policy(ref, spec, operator))
     return objects

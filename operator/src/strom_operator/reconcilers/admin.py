@@ -182,6 +182,26 @@ def resolve_bootstrap(ref: ClusterRef, spec: StromClusterSpec, overrides: Mappin
     return manifests.bootstrap_address(ref, spec)
 
 
+OPERATOR_NAMESPACE_ENV = "STROM_OPERATOR_NAMESPACE"
+OPERATOR_POD_LABELS_ENV = "STROM_OPERATOR_POD_LABELS"
+
+
+def operator_identity_from_env() -> manifests.OperatorIdentity | None:
+    """The operator's namespace and pod labels (``k=v,k=v``), which the chart sets; None out of
+    a cluster (then a NetworkPolicy has no operator rule and is not probed)."""
+    namespace = os.environ.get(OPERATOR_NAMESPACE_ENV, "").strip()
+    raw = os.environ.get(OPERATOR_POD_LABELS_ENV, "").strip()
+    if not namespace or not raw:
+        return None
+    pairs = []
+    for item in raw.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or not key:
+            raise ValueError(f"{OPERATOR_POD_LABELS_ENV}: {item!r} is not key=value")
+        pairs.append((key, value))
+    return manifests.OperatorIdentity(namespace, tuple(sorted(pairs)))
+
+
 def throttle_from_env() -> int:
     raw = os.environ.get(THROTTLE_ENV)
     return int(raw) if raw else DEFAULT_THROTTLE_BYTES_PER_SEC

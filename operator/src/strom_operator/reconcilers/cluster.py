@@ -13,7 +13,10 @@ Steps (each a method ``_step_<name>``; they run in this order and share a :class
                   ServiceMonitor, NetworkPolicy, ...); idempotent.
 5. ``roll``       restart at most one stale broker pod (:mod:`strom_operator.model.rolling`).
 6. ``status``     write conditions (with observedGeneration), broker counts, bootstrap address,
-                  the scale subresource's selector.
+                  the scale subresource's selector, and what the Kubernetes cluster lacks that
+                  the spec names (:mod:`strom_operator.model.environment`: ServiceMonitor CRD,
+                  zone labels, an enforcing network plugin), one condition each; those never
+                  stop the reconcile.
 
 What the cluster itself knows (registered brokers, replica placement, under-replicated partitions,
 the active controller, reassignments in flight) comes from a :class:`ClusterAdmin`
@@ -35,11 +38,19 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from strom_operator.model import conditions, manifests, rolling, scaling, storage, topics
+from strom_operator.model import (
+    conditions,
+    environment,
+    manifests,
+    rolling,
+    scaling,
+    storage,
+    topics,
+)
 from strom_operator.model.cluster_state import ClusterState
 from strom_operator.model.conditions import Status
 from strom_operator.model.errors import PlanError, SpecError
-from strom_operator.model.manifests import ClusterRef, Names
+from strom_operator.model.manifests import ClusterRef, Names, OperatorIdentity
 from strom_operator.model.specs import (
     API_VERSION,
     StromClusterSpec,
@@ -53,6 +64,7 @@ from strom_operator.reconcilers.admin import (
     throttle_from_env,
 )
 from strom_operator.reconcilers.kube import ApiError, KubeApi
+from strom_operator.reconcilers.probes import PortProbe
 
 __all__ = [
     "AdminError",
@@ -139,9 +151,13 @@ class ClusterReconciler:
         admin: ClusterAdmin | None = None,
         *,
         throttle_bytes_per_sec: int | None = None,
+        operator: OperatorIdentity | None = None,
+        probe: PortProbe | None = None,
     ) -> None:
         self.api = api
         self.admin: ClusterAdmin = admin or NoAdmin()
+        self.operator = operator
+        self.probe = probe
         self.throttle = (
             throttle_from_env() if throttle_bytes_per_sec is None else throttle_bytes_per_sec
         )
@@ -407,25 +423,60 @@ class ClusterReconciler:
 
     def _step_apply(self, ctx: Context) -> None:
         assert ctx.spec is not None
-        for obj in manifests.desired_objects(ctx.ref, ctx.spec):
+        for obj in manifests.desired_objects(ctx.ref, ctx.spec, self.operator):
             if obj["kind"] == "StatefulSet" and ctx.statefulset_replicas is not None:
                 obj["spec"]["replicas"] = ctx.statefulset_replicas
             try:
                 self.api.apply(obj)
+                if obj["kind"] == "ServiceMonitor":
+                    self._environment(ctx, conditions.SERVICE_MONITOR,
+                                      environment.service_monitor(True))
             except ApiError as err:
                 if obj["kind"] == "ServiceMonitor" and err.status == 404:
-                    ctx.events.append(
-                        Event(
-                            "Warning",
-                            "NoServiceMonitorCRD",
-                            "metrics.serviceMonitor.enabled but the ServiceMonitor CRD "
-                            "(prometheus-operator) is not installed",
-                        )
-                    )
+                    self._environment(ctx, conditions.SERVICE_MONITOR,
+                                      environment.service_monitor(False))
                     continue
                 raise ReconcileError(
                     "apply", "ApplyFailed", f"{obj['kind']} {obj['metadata']['name']}: {err}"
                 ) from err
+
+    def _environment(self, ctx: Context, type: str, verdict: environment.Verdict) -> None:
+        """Set a condition about what the cluster lacks; a Warning event only when it turns
+        False (not on every periodic reconcile)."""
+        before = next((c for c in ctx.conditions if c.get("type") == type), None)
+        ctx.condition(type, verdict.status, verdict.reason, verdict.message)
+        if verdict.status == "False" and (before is None or before.get("status") != "False"):
+            ctx.events.append(Event("Warning", verdict.reason, verdict.message))
+
+    def _check_environment(self, ctx: Context, ready_pods: list[str]) -> None:
+        spec, state = ctx.spec, ctx.state
+        assert spec is not None
+        if spec.rack is not None and state is not None:
+            racks = {b: r for b, r in state.racks.items() if b in state.registered}
+            self._environment(ctx, conditions.RACK_AWARE,
+                              environment.rack_awareness(spec.rack.topology_key, racks))
+        if not spec.network_policy.enabled or self.probe is None or self.operator is None:
+            return
+        if state is None or not ready_pods:
+            verdict = environment.Verdict(
+                "Unknown", "NotProbed", "waiting for a ready broker and the Admin API to probe")
+            self._environment(ctx, conditions.NETWORK_POLICY, verdict)
+            return
+        names = Names(ctx.ref.name)
+        host = f"{ready_pods[0]}.{names.headless}.{ctx.ref.namespace}.svc"
+        connected, detail = self.probe(host, spec.listeners.kafka_port)
+        is_client: bool | None = None
+        try:
+            ns = self.api.get("v1", "Namespace", None, self.operator.namespace)
+            labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+            is_client = environment.selector_matches(
+                spec.network_policy.client_namespace_labels, labels)
+        except ApiError as err:
+            detail = f"{detail}; reading namespace {self.operator.namespace}: {err}"
+        probe = environment.PolicyProbe(
+            target=f"{host}:{spec.listeners.kafka_port}", connected=connected,
+            operator_is_client=is_client, detail=detail)
+        self._environment(ctx, conditions.NETWORK_POLICY, environment.network_policy(probe))
 
     def _step_roll(self, ctx: Context) -> None:
         assert ctx.spec is not None
@@ -484,6 +535,11 @@ class ClusterReconciler:
                 ctx.state.topics, self._managed_topics(ctx)
             )
         ctx.condition(conditions.RECONCILED, "True", "Applied", "all objects applied")
+        pods = self.api.list("v1", "Pod", ctx.ref.namespace,
+                             manifests.selector_labels(ctx.ref.name))
+        ready_pods = sorted(p.name for p in map(_broker_pod, pods)
+                            if p is not None and p.ready and not p.terminating)
+        self._check_environment(ctx, ready_pods)
         brokers_ready = ready >= want and replicas == want
         if brokers_ready and not ctx.requeue:
             ctx.condition(conditions.READY, "True", "Ready", f"{ready}/{want} brokers ready")

@@ -29,6 +29,7 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Pod"): ("pods", True),
     ("v1", "PersistentVolumeClaim"): ("persistentvolumeclaims", True),
     ("v1", "Event"): ("events", True),
+    ("v1", "Namespace"): ("namespaces", False),
     ("apps/v1", "StatefulSet"): ("statefulsets", True),
     ("apps/v1", "Deployment"): ("deployments", True),
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),

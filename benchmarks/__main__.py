@@ -208,14 +208,18 @@ def run_strom_replicated(params: dict[str, int | float], results: list[Result]) 
                 runs1.append(sw.produce(bs, rf1, n, size, acks=1))
                 runs3.append(sw.produce(bs, rf3, n, size, acks="all"))
                 sw.delete_topics(bs, [rf1, rf3], Path(tmp))
-            t1, t3 = sw.median_run(runs1), sw.median_run(runs3)
-            results.append(Result(base, f"replication {label}", "produce", t1.records_per_s,
-                                  "records/s", extra={"MB/s": t1.mb_per_s,
-                                                      "runs": [r.records_per_s for r in runs1]}))
-            results.append(Result("strom RF=3 acks=all", f"replication {label}", "produce",
-                                  t3.records_per_s, "records/s", peers=[base],
-                                  extra={"MB/s": t3.mb_per_s,
-                                         "runs": [r.records_per_s for r in runs3]}))
+            results.append(_median_produce_row(base, f"replication {label}", runs1))
+            results.append(_median_produce_row("strom RF=3 acks=all", f"replication {label}",
+                                               runs3, peers=[base]))
+
+
+def _median_produce_row(system: str, workload: str, runs: list[sw.Throughput],
+                        peers: list[str] | None = None) -> Result:
+    """The produce row of the median of ``runs``, with its MB/s and every run's rate."""
+    t = sw.median_run(runs)
+    return Result(system, workload, "produce", t.records_per_s, "records/s",
+                  peers=list(peers or []),
+                  extra={"MB/s": t.mb_per_s, "runs": [r.records_per_s for r in runs]})
 
 
 def run_failover(params: dict[str, Any], results: list[Result]) -> None:
@@ -407,16 +411,11 @@ def _replicated_rows(names: tuple[str, str], bootstrap: str,
             create(rf3, parts, 3, {"min.insync.replicas": "2"})
             runs1.append(kw.produce(bootstrap, rf1, n, size, acks=1))
             runs3.append(kw.produce(bootstrap, rf3, n, size, acks="all"))
-        t1, t3 = sw.median_run(runs1), sw.median_run(runs3)
         workload = f"replication {label}"
         kafka_peer = [] if rf3_name == KAFKA_RF3 else [KAFKA_RF3]
-        results.append(Result(rf1_name, workload, "produce", t1.records_per_s, "records/s",
-                              extra={"MB/s": t1.mb_per_s,
-                                     "runs": [r.records_per_s for r in runs1]}))
-        results.append(Result(rf3_name, workload, "produce", t3.records_per_s, "records/s",
-                              peers=[rf1_name, *kafka_peer],
-                              extra={"MB/s": t3.mb_per_s,
-                                     "runs": [r.records_per_s for r in runs3]}))
+        results.append(_median_produce_row(rf1_name, workload, runs1))
+        results.append(_median_produce_row(rf3_name, workload, runs3,
+                                           peers=[rf1_name, *kafka_peer]))
 
 
 def params_warmup(workloads: list[tuple[str, str, int, int, int]]) -> int:

@@ -1,7 +1,6 @@
 """The client against a real broker process: admin, produce, consume, offsets, sync and asyncio.
 
-Uses ``strom.testing.running_broker`` (one broker per module, real process on 127.0.0.1); skipped
-when that module is not available.
+Uses ``strom.testing.running_broker`` (one broker per module, real process on 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ from typing import Any
 
 import pytest
 
-strom_testing = pytest.importorskip("strom.testing", reason="strom.testing (real broker) missing")
-
-from strom.client import (  # noqa: E402
+from strom.client import (
     Admin,
     AsyncConsumer,
     AsyncProducer,
@@ -27,16 +24,14 @@ from strom.client import (  # noqa: E402
     StromError,
     TopicPartition,
 )
-from strom.client.partitioner import murmur2, to_positive  # noqa: E402
+from strom.client.partitioner import murmur2, to_positive
+from strom.testing import running_broker
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    running_broker = getattr(strom_testing, "running_broker", None)
-    if running_broker is None:
-        pytest.skip("strom.testing has no running_broker")
     path: Path = tmp_path_factory.mktemp("client-broker")
     with running_broker(path) as b:
         yield b

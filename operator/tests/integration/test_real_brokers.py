@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from strom.client import Consumer, Producer, TopicPartition
-from strom.protocol.errors import ErrorCode, StromError
 from strom.testing import Cluster, running_cluster
 from strom_operator.model.manifests import ClusterRef
 from strom_operator.model.specs import parse_cluster
@@ -248,12 +247,7 @@ def test_strom_consumer_group_lag_reset_and_autoscale_against_real_brokers(
     tmp_path: Path,
 ) -> None:
     with running_cluster(tmp_path, brokers=1) as cluster, cluster.admin() as admin:
-        try:
-            admin.find_coordinator("billing")
-        except StromError as err:
-            if err.code != ErrorCode.UNSUPPORTED_VERSION:
-                raise
-            pytest.skip("the broker does not serve the Group service yet (group coordinator)")
+        admin.find_coordinator("billing")
         admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=1)
         _produce(cluster.bootstrap)
         per_partition = RECORDS // PARTITIONS

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
-import pytest
 from prometheus_client import generate_latest
 
 from strom.broker import fetch, produce
 from strom.broker.core import BrokerCore
 from strom.protocol.records import encode_batch
 from strom.protocol.v1 import broker_pb2
+from strom.testing.tools import require_tool
 
 EXPECTED = [
     "strom_broker_bytes_in_total",
@@ -54,10 +53,10 @@ async def test_names_after_traffic(core: BrokerCore) -> None:
     assert "strom_broker_active_connections 1.0" in text
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 async def test_promtool_accepts_the_scrape(core: BrokerCore) -> None:
+    promtool = require_tool("promtool", "Debian package prometheus")
     scrape = await _traffic(core)
-    result = subprocess.run(["promtool", "check", "metrics"], input=scrape,
+    result = subprocess.run([promtool, "check", "metrics"], input=scrape,
                             capture_output=True, timeout=60)
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
 

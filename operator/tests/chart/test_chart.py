@@ -11,9 +11,7 @@ them: a ``.Values`` path that does not exist renders silently as empty.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from strom.testing.tools import require_tool
 from strom_operator import main as operator_main
 from strom_operator.model.manifests import RACK_CLUSTER_ROLE
 from strom_operator.reconcilers.kube import RESOURCES
@@ -642,23 +641,15 @@ def test_prometheus_rule_alerts_and_thresholds(chart):
     assert "__" not in json.dumps(rule["spec"])
 
 
-@pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)"
-)
 def test_promtool_check_rules(chart, tmp_path):
+    promtool = require_tool("promtool", "Debian package prometheus")
     path = tmp_path / "rules.yaml"
     rule = _prometheus_rule(chart, {"prometheusRule": {"enabled": True}})
     path.write_text(yaml.safe_dump(rule["spec"]))
     result = subprocess.run(
-        ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-_NEEDS_PROMTOOL = pytest.mark.skipif(
-    shutil.which("promtool") is None and os.environ.get("CI", "").lower() != "true",
-    reason="promtool not installed (Debian package prometheus)",
-)
 
 
 def _alert_names(spec: dict[str, Any]) -> set[str]:
@@ -679,14 +670,14 @@ def test_every_alert_has_a_case_that_fires_and_one_that_does_not(chart):
     assert len(alerts) >= 13
 
 
-@_NEEDS_PROMTOOL
 def test_promtool_test_rules(chart, tmp_path):
     """`promtool test rules` on the rules as the chart renders them with its default thresholds."""
+    promtool = require_tool("promtool", "Debian package prometheus")
     rule = _prometheus_rule(chart, {"prometheusRule": {"enabled": True}})
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
     (tmp_path / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
     result = subprocess.run(
-        ["promtool", "test", "rules", RULE_TESTS.name],
+        [promtool, "test", "rules", RULE_TESTS.name],
         capture_output=True,
         text=True,
         timeout=120,
@@ -696,16 +687,16 @@ def test_promtool_test_rules(chart, tmp_path):
     assert "SUCCESS" in result.stdout
 
 
-@_NEEDS_PROMTOOL
 def test_promtool_test_rules_catches_a_broken_alert(chart, tmp_path):
     """The alert tests can fail: a lag alert that never fires is caught."""
+    promtool = require_tool("promtool", "Debian package prometheus")
     rule = _prometheus_rule(chart, {"prometheusRule": {"enabled": True}})
     text = yaml.safe_dump(rule["spec"]).replace("> 10000", "> 1e12")
     assert text != yaml.safe_dump(rule["spec"])
     (tmp_path / "rules.yaml").write_text(text)
     (tmp_path / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
     result = subprocess.run(
-        ["promtool", "test", "rules", RULE_TESTS.name],
+        [promtool, "test", "rules", RULE_TESTS.name],
         capture_output=True,
         text=True,
         timeout=120,

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import os
 import socket
 import struct
 import subprocess
@@ -51,6 +50,7 @@ from strom.testing.process import (
     temp_dir,
     wait_all_ready,
 )
+from strom.testing.tools import missing
 
 __all__ = [
     "DEFAULT_HEAP",
@@ -366,15 +366,11 @@ def running_kafka(nodes: int = 1, *, root: Path | str | None = None,
 def require_jars() -> Path:
     """The jars for a test: fetched if needed. Without Java or Maven the test is skipped on a
     developer machine and fails under ``CI=true`` (CI installs both)."""
-    import pytest
-
     try:
         java_binary()
         return ensure_jars()
     except KafkaToolMissing as err:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"Apache Kafka is needed under CI=true: {err}")
-        pytest.skip(f"Apache Kafka reference not available: {err}")
+        missing(f"the Apache Kafka reference is not available: {err}")
 
 
 def kafka_fixture(nodes: int = 1,

@@ -1,0 +1,38 @@
+"""What a test does when a tool it needs is missing: skip on a developer machine, fail under
+``CI=true``.
+
+CI installs every tool a test needs (``.ci/run``), so there a missing tool is a broken CI set-up,
+and a skip would let the run pass without testing the feature. pytest is imported only when a
+test actually lacks a tool, so this module has no test-only dependencies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import NoReturn
+
+__all__ = ["in_ci", "missing", "require_tool"]
+
+
+def in_ci() -> bool:
+    """``CI`` is set to true (``true``, ``1`` or ``yes``, any case), as CI services set it."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def missing(reason: str) -> NoReturn:
+    """End the calling test: a failure under CI, a skip with ``reason`` elsewhere."""
+    import pytest
+
+    if in_ci():
+        pytest.fail(f"CI=true but {reason} (.ci/run installs what the tests need)",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+def require_tool(command: str, install: str) -> str:
+    """The path of ``command`` on PATH; without it :func:`missing`, naming how to ``install``."""
+    path = shutil.which(command)
+    if path is None:
+        missing(f"{command} is not installed ({install})")
+    return path

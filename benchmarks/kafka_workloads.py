@@ -17,7 +17,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.strom_workloads import Throughput, run_latency, send_paced
+from benchmarks.strom_workloads import Throughput, run_latency, send_paced, timed_catch_up
 
 if TYPE_CHECKING:
     import multiprocessing.synchronize
@@ -115,18 +115,14 @@ def consume_all(bootstrap: str, topic: str, partitions: int, records: int, value
     consumer = _consumer(bootstrap)
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        got = 0
-        start = time.perf_counter()
-        deadline = start + timeout_s
-        while got < records and time.perf_counter() < deadline:
+
+        def poll() -> int:
             batch = consumer.consume(num_messages=10_000, timeout=1.0)
-            got += sum(1 for m in batch if m.error() is None)
-        elapsed = time.perf_counter() - start
+            return sum(1 for m in batch if m.error() is None)
+
+        return timed_catch_up(poll, records, value_size, timeout_s)
     finally:
         consumer.close()
-    if got < records:
-        raise RuntimeError(f"consumed only {got} of {records} records in {timeout_s}s")
-    return Throughput(got, elapsed, got * value_size)
 
 
 def _latency_consumer(bootstrap: str, topic: str, partitions: int, expected: int,

@@ -107,14 +107,22 @@ def consume_all(bootstrap: str, topic: str, partitions: int, records: int, value
                 consumer.seek(tp, max(0, end - records // partitions))
         else:
             consumer.seek_to_beginning(*tps)
-        got = 0
-        start = time.perf_counter()
-        deadline = start + timeout_s
-        while got < records and time.perf_counter() < deadline:
-            got += len(consumer.poll(timeout_ms=1000))
-        elapsed = time.perf_counter() - start
+        return timed_catch_up(lambda: len(consumer.poll(timeout_ms=1000)), records, value_size,
+                              timeout_s)
     finally:
         consumer.close()
+
+
+def timed_catch_up(poll: Callable[[], int], records: int, value_size: int,
+                   timeout_s: float) -> Throughput:
+    """Call ``poll`` (it returns how many records it read) until ``records`` are read; the
+    time it took, or RuntimeError after ``timeout_s``."""
+    got = 0
+    start = time.perf_counter()
+    deadline = start + timeout_s
+    while got < records and time.perf_counter() < deadline:
+        got += poll()
+    elapsed = time.perf_counter() - start
     if got < records:
         raise RuntimeError(f"consumed only {got} of {records} records in {timeout_s}s")
     return Throughput(got, elapsed, got * value_size)

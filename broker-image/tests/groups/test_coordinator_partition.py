@@ -36,6 +36,7 @@ from strom.groups.offsets import (
     decode_key,
 )
 from strom.protocol.errors import ErrorCode, StromError
+from strom.testing.waits import async_wait_until
 
 SESSION = 10_000
 
@@ -67,6 +68,13 @@ def make(log: FakeLog, clock: Clock, delay_ms: int = 0, **kw: int) -> Coordinato
     part = CoordinatorPartition(0, 1, settings, log.append, clock, lambda: {"t": 4})
     part.finish_load(timer=False)
     return part
+
+
+def _stored_empty(part: CoordinatorPartition, group: str = "g") -> bool:
+    """The group is Empty in memory and its stored record says so (the write is done)."""
+    stored = part.store.groups.get(group)
+    return part.describe(group).state is GroupState.EMPTY and stored is not None \
+        and stored.is_empty
 
 
 def join(member_id: str = "", topics: tuple[str, ...] = ("t",)) -> JoinGroup:
@@ -237,8 +245,8 @@ async def test_session_expiry_on_tick_empties_the_group_and_persists_it() -> Non
     assert part.next_deadline_ms() == clock.now + SESSION
     clock.now += SESSION
     part.tick()
-    await asyncio.sleep(0.01)
     # rebalance (member gone) -> join completes with nobody -> Empty, generation 2, stored
+    await async_wait_until(lambda: _stored_empty(part), 5, what="the empty group stored")
     assert part.describe("g").state is GroupState.EMPTY
     assert part.store.groups["g"].generation == 2 and part.store.groups["g"].is_empty
     assert part.store.groups["g"].protocol_type == "consumer"
@@ -254,7 +262,7 @@ async def test_expiry_of_an_empty_groups_offsets() -> None:
     assert await part.expire() == 1  # only "solo": g has a member
     assert "solo" not in part.store.offsets and "g" in part.store.offsets
     part.tick()
-    await asyncio.sleep(0.01)
+    await async_wait_until(lambda: _stored_empty(part), 5, what="the empty group stored")
     assert part.describe("g").state is GroupState.EMPTY
     assert await part.expire(clock.now + 59_000) == 0  # empty for < retention
     assert await part.expire(clock.now + 60_000) == 2  # offset + group tombstones
@@ -272,7 +280,7 @@ async def test_delete_rules() -> None:
     assert await part.delete("g") is ErrorCode.NON_EMPTY_GROUP
     left = await part.handle("g", LeaveGroup(None, (LeavingMember(joined.member_id),)))
     assert left.error is ErrorCode.NONE
-    await asyncio.sleep(0.01)
+    await async_wait_until(lambda: _stored_empty(part), 5, what="the empty group stored")
     assert part.describe("g").state is GroupState.EMPTY
     assert await part.delete("g") is ErrorCode.NONE
     assert part.fetch("g", None) == {}
@@ -309,7 +317,9 @@ async def test_a_static_member_replaced_without_rebalance_is_stored() -> None:
     again = await part.handle("g", static)  # the same instance restarts
     assert isinstance(again, JoinGroupResponse) and again.error is ErrorCode.NONE
     assert again.member_id != first.member_id and again.generation == 1
-    await asyncio.sleep(0.01)
+    await async_wait_until(
+        lambda: [m.member_id for m in part.store.groups["g"].members] == [again.member_id], 5,
+        what="the replacing static member stored")
     stored = part.store.groups["g"]
     assert [m.member_id for m in stored.members] == [again.member_id]
     assert stored.members[0].assignment == (("t", 0),)

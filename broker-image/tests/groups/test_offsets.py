@@ -16,6 +16,7 @@ from strom.groups.membership import (
     JoinGroupResponse,
     Subscription,
     SyncGroup,
+    SyncGroupResponse,
 )
 from strom.groups.offsets import (
     GroupKey,
@@ -219,3 +220,41 @@ def test_coordinator_failover_restores_group_without_rebalance() -> None:
     assert hb == HeartbeatResponse(4, ErrorCode.NONE)
     (sync,) = restored.handle(SyncGroup(5, joined.member_id, 1), 1_600)
     assert getattr(sync, "assignment", None) == (("t", 0),)
+
+
+def test_kafka_members_opaque_bytes_survive_a_coordinator_failover() -> None:
+    """A ``connect`` group's metadata and assignment bytes are stored as Kafka stores them (the
+    selected protocol's metadata, the leader's assignment) and come back unchanged on replay."""
+    metadata, assignment = b"\x00\x01connect-worker-url", b"\x00\x01\x00\x00leader-assignment"
+    g = Group("c", GroupConfig(initial_rebalance_delay_ms=0), new_member_id=lambda c: f"{c}-1")
+    sub = Subscription((), protocol_metadata=(("sessioned", metadata), ("default", b"x")))
+    (r,) = g.handle(JoinGroup(1, "", sub, protocols=("sessioned", "default"),
+                              protocol_type="connect", client_id="w"), 0)
+    assert isinstance(r, JoinGroupResponse)
+    out = g.handle(JoinGroup(2, r.member_id, sub, protocols=("sessioned", "default"),
+                             protocol_type="connect", client_id="w"), 0)
+    (joined,) = [o for o in out if isinstance(o, JoinGroupResponse)]
+    assert joined.members[0].subscription.metadata_for("sessioned") == metadata
+    (synced,) = [o for o in g.handle(SyncGroup(3, joined.member_id, 1, None, None,
+                                               {joined.member_id: assignment}), 10)
+                 if isinstance(o, SyncGroupResponse)]
+    assert synced.assignment_data == assignment and synced.assignment == ()
+
+    stored = group_metadata_from_snapshot(g.snapshot(), 10)
+    assert stored.members[0].subscription_data == metadata
+    loaded = OffsetStore.load([group_record("c", stored)])
+    snapshot = snapshot_from_group_metadata("c", loaded.groups["c"])
+    assert snapshot.protocol_type == "connect" and snapshot.members[0].subscription.topics == ()
+    assert snapshot.members[0].subscription.metadata_for("sessioned") == metadata
+    restored = Group.restore(snapshot, 1_000)
+    (sync,) = restored.handle(SyncGroup(5, joined.member_id, 1), 1_600)
+    assert isinstance(sync, SyncGroupResponse) and sync.assignment_data == assignment
+
+
+def test_a_strom_members_record_restores_without_protocol_metadata() -> None:
+    """Records of gRPC members hold their topics encoded: those are not Kafka metadata bytes."""
+    value = GroupMetadata("consumer", 3, "range", "m", 0, (
+        StoredMember("m", None, "c", "", 1000, 1000, ("t",), (("t", 0),)),))
+    snapshot = snapshot_from_group_metadata("g", decode_group_value(encode_group_value(value)))
+    (member,) = snapshot.members
+    assert member.subscription == Subscription(("t",)) and member.assignment == (("t", 0),)

@@ -68,6 +68,19 @@ class Subscription:
     topics: tuple[str, ...]
     owned_partitions: tuple[TopicPartition, ...] = ()
     user_data: bytes = b""
+    # Kafka-protocol members: each protocol's metadata as the member sent it, (name, bytes).
+    # Kafka keeps it opaque, and so do we: Kafka Connect's ``connect`` protocol and Kafka
+    # Streams' user data reach the leader unchanged. Empty for Strom (gRPC) members, whose
+    # structured fields above are the whole subscription. Part of the comparison that decides
+    # on a rebalance, as Kafka compares members' protocol metadata.
+    protocol_metadata: tuple[tuple[str, bytes], ...] = ()
+
+    def metadata_for(self, protocol: str | None) -> bytes | None:
+        """The metadata the member sent for ``protocol``, or None (a Strom member)."""
+        for name, data in self.protocol_metadata:
+            if name == protocol:
+                return data
+        return None
 
 
 # ---- events in ------------------------------------------------------------------------------
@@ -94,6 +107,10 @@ class SyncGroup:
     group_instance_id: str | None = None
     # Only the leader sends assignments; members it leaves out get an empty list.
     assignments: Mapping[str, tuple[TopicPartition, ...]] | None = None
+    # A Kafka-protocol leader's assignment bytes per member, relayed unchanged (Kafka's are
+    # opaque: a Connect assignment or Streams' task user data); ``assignments`` holds what
+    # could be read from them for Strom members.
+    assignment_data: Mapping[str, bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +170,7 @@ class SyncGroupResponse:
     request_id: object
     error: ErrorCode
     assignment: tuple[TopicPartition, ...] = ()
+    assignment_data: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -221,6 +239,7 @@ class Member:
     rebalance_timeout_ms: int
     deadline_ms: int
     assignment: tuple[TopicPartition, ...] = ()
+    assignment_data: bytes = b""
     join_request: object | None = None
     awaiting_join: bool = False
     sync_request: object | None = None
@@ -237,6 +256,7 @@ class MemberDescription:
     assignment: tuple[TopicPartition, ...]
     session_timeout_ms: int = 45_000
     rebalance_timeout_ms: int = 300_000
+    assignment_data: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -395,6 +415,7 @@ class Group:
                     m.assignment,
                     m.session_timeout_ms,
                     m.rebalance_timeout_ms,
+                    m.assignment_data,
                 )
                 for m in self.members.values()
             ),
@@ -427,6 +448,7 @@ class Group:
                 rebalance_timeout_ms=d.rebalance_timeout_ms,
                 deadline_ms=now_ms + d.session_timeout_ms,
                 assignment=d.assignment,
+                assignment_data=d.assignment_data,
                 synced=True,
             )
             if d.group_instance_id is not None:
@@ -570,6 +592,7 @@ class Group:
             rebalance_timeout_ms=ev.rebalance_timeout_ms,
             deadline_ms=now + ev.session_timeout_ms,
             assignment=old.assignment,
+            assignment_data=old.assignment_data,
         )
         self.members[new_id] = member
         assert ev.group_instance_id is not None
@@ -707,8 +730,10 @@ class Group:
     # ---- SyncGroup ------------------------------------------------------------------------
 
     def _sync(self, ev: SyncGroup, now: int) -> None:
-        def reply(error: ErrorCode, assignment: tuple[TopicPartition, ...] = ()) -> None:
-            self._out.append(SyncGroupResponse(ev.request_id, error, assignment))
+        def reply(error: ErrorCode, member: Member | None = None) -> None:
+            self._out.append(SyncGroupResponse(
+                ev.request_id, error, member.assignment if member else (),
+                member.assignment_data if member else b""))
 
         if self.state is GroupState.DEAD:
             return reply(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -723,12 +748,14 @@ class Group:
         self._touch(member, now)
         if self.state is GroupState.STABLE:
             self._mark_synced(member)
-            return reply(ErrorCode.NONE, member.assignment)
+            return reply(ErrorCode.NONE, member)
         member.sync_request, member.awaiting_sync = ev.request_id, True
         if ev.member_id == self.leader_id:
             given = ev.assignments or {}
+            data = ev.assignment_data or {}
             for m in self.members.values():
                 m.assignment = tuple(given.get(m.member_id, ()))
+                m.assignment_data = data.get(m.member_id, b"")
             self._set_state(GroupState.STABLE)
             started = self._rebalance_start_ms if self._rebalance_start_ms is not None else now
             self._rebalance_start_ms = None
@@ -736,7 +763,10 @@ class Group:
             for m in self.members.values():
                 if m.awaiting_sync:
                     self._respond_sync(
-                        m, SyncGroupResponse(m.sync_request, ErrorCode.NONE, m.assignment)
+                        m,
+                        SyncGroupResponse(
+                            m.sync_request, ErrorCode.NONE, m.assignment, m.assignment_data
+                        ),
                     )
                     self._mark_synced(m)
         return None

@@ -166,6 +166,11 @@ class StoredMember:
     session_timeout_ms: int
     topics: tuple[str, ...]
     assignment: tuple[TopicPartition, ...]
+    # The bytes Kafka stores (the selected protocol's metadata, the leader's assignment), when a
+    # Kafka-protocol member sent them: written as they are, so a ``connect`` group's or Kafka
+    # Streams' data survives a coordinator failover. Empty: encoded from the fields above.
+    subscription_data: bytes = b""
+    assignment_data: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -240,6 +245,26 @@ def _decode_subscription(data: bytes) -> tuple[str, ...]:
     return tuple(r.required_string() for _ in range(r.i32()))
 
 
+def _consumer_topics(protocol_type: str, data: bytes) -> tuple[str, ...]:
+    """The topics of a consumer group member's stored subscription; () for other protocol types
+    (a ``connect`` member's metadata is not a ConsumerProtocolSubscription) or unreadable bytes."""
+    if protocol_type != "consumer" or not data:
+        return ()
+    try:
+        return _decode_subscription(data)
+    except (StromError, struct.error, UnicodeDecodeError, ValueError):
+        return ()
+
+
+def _consumer_assignment(protocol_type: str, data: bytes) -> tuple[TopicPartition, ...]:
+    if protocol_type != "consumer" or not data:
+        return ()
+    try:
+        return _decode_assignment(data)
+    except (StromError, struct.error, UnicodeDecodeError, ValueError):
+        return ()
+
+
 def _encode_assignment(assignment: tuple[TopicPartition, ...]) -> bytes:
     """Kafka ConsumerProtocolAssignment v0: version, [topic, [partition]], user data."""
     by_topic: dict[str, list[int]] = {}
@@ -277,7 +302,8 @@ def encode_group_value(value: GroupMetadata) -> bytes:
     for m in value.members:
         w.string(m.member_id).string(m.group_instance_id).string(m.client_id)
         w.string(m.client_host).i32(m.rebalance_timeout_ms).i32(m.session_timeout_ms)
-        w.blob(_encode_subscription(m.topics)).blob(_encode_assignment(m.assignment))
+        w.blob(m.subscription_data or _encode_subscription(m.topics))
+        w.blob(m.assignment_data or _encode_assignment(m.assignment))
     return w.done()
 
 
@@ -294,6 +320,14 @@ def decode_group_value(data: bytes) -> GroupMetadata:
         client_id, client_host = r.string() or "", r.string() or ""
         rebalance_timeout, session_timeout = r.i32(), r.i32()
         subscription, assignment = r.blob() or b"", r.blob() or b""
+        topics = _consumer_topics(protocol_type, subscription)
+        partitions = _consumer_assignment(protocol_type, assignment)
+        # Bytes that are just the encoding of the fields (a Strom member's) are not kept as the
+        # member's own: only what a Kafka-protocol member sent is.
+        if subscription == _encode_subscription(topics):
+            subscription = b""
+        if assignment == _encode_assignment(partitions):
+            assignment = b""
         members.append(
             StoredMember(
                 member_id,
@@ -302,8 +336,10 @@ def decode_group_value(data: bytes) -> GroupMetadata:
                 client_host,
                 rebalance_timeout,
                 session_timeout,
-                _decode_subscription(subscription) if subscription else (),
-                _decode_assignment(assignment) if assignment else (),
+                topics,
+                partitions,
+                subscription,
+                assignment,
             )
         )
     return GroupMetadata(protocol_type, generation, protocol_name, leader_id, ts, tuple(members))
@@ -445,6 +481,8 @@ def group_metadata_from_snapshot(
                 m.session_timeout_ms,
                 m.subscription.topics,
                 m.assignment,
+                m.subscription.metadata_for(snapshot.protocol_name) or b"",
+                m.assignment_data,
             )
             for m in snapshot.members
         ),
@@ -465,10 +503,16 @@ def snapshot_from_group_metadata(group_id: str, value: GroupMetadata) -> GroupSn
                 m.member_id,
                 m.group_instance_id,
                 m.client_id,
-                Subscription(m.topics),
+                Subscription(
+                    m.topics,
+                    protocol_metadata=((value.protocol_name, m.subscription_data),)
+                    if value.protocol_name and m.subscription_data
+                    else (),
+                ),
                 m.assignment,
                 m.session_timeout_ms,
                 m.rebalance_timeout_ms,
+                m.assignment_data,
             )
             for m in value.members
         ),

@@ -4,7 +4,9 @@ Group errors are answered in the response's ``error_code`` (as Kafka does), neve
 calls: a client must tell NOT_COORDINATOR (find the coordinator again) from
 REBALANCE_IN_PROGRESS (rejoin) from a broken connection. Subscriptions and assignments are
 structured messages here, where Kafka carries opaque ConsumerProtocol bytes; the coordinator
-relays them without interpreting anything but the topic list.
+relays them without interpreting anything but the topic list. The Kafka front also hands in the
+bytes its members sent (``protocol_metadata``, ``MemberAssignment.data``), which the coordinator
+keeps and relays unchanged, as Kafka does (Connect groups, Streams' user data).
 """
 
 from __future__ import annotations
@@ -62,13 +64,17 @@ def _tp_messages(items: Iterable[TopicPartition]) -> list[common_pb2.TopicPartit
 
 
 def _subscription(sub: group_pb2.Subscription) -> Subscription:
-    return Subscription(tuple(sub.topics), _tps(sub.owned_partitions), bytes(sub.user_data))
+    return Subscription(tuple(sub.topics), _tps(sub.owned_partitions), bytes(sub.user_data),
+                        tuple((p.name, bytes(p.metadata)) for p in sub.protocol_metadata))
 
 
 def _subscription_message(sub: Subscription) -> group_pb2.Subscription:
     return group_pb2.Subscription(topics=list(sub.topics),
                                   owned_partitions=_tp_messages(sub.owned_partitions),
-                                  user_data=sub.user_data)
+                                  user_data=sub.user_data,
+                                  protocol_metadata=[
+                                      group_pb2.ProtocolMetadata(name=name, metadata=data)
+                                      for name, data in sub.protocol_metadata])
 
 
 # ---- FindCoordinator ----------------------------------------------------------------------
@@ -135,8 +141,9 @@ async def join_group(coordinator: GroupCoordinator, request: group_pb2.JoinGroup
 async def sync_group(coordinator: GroupCoordinator, request: group_pb2.SyncGroupRequest
                      ) -> group_pb2.SyncGroupResponse:
     assignments = {a.member_id: _tps(a.partitions) for a in request.assignments}
+    data = {a.member_id: bytes(a.data) for a in request.assignments if a.data}
     event = SyncGroup(None, request.member_id, request.generation,
-                      request.group_instance_id or None, assignments or None)
+                      request.group_instance_id or None, assignments or None, data or None)
     try:
         response = await coordinator.coordinator_for(request.group_id).handle(request.group_id,
                                                                               event)
@@ -145,7 +152,8 @@ async def sync_group(coordinator: GroupCoordinator, request: group_pb2.SyncGroup
     assert isinstance(response, SyncGroupResponse)
     return group_pb2.SyncGroupResponse(error_code=response.error,
                                        error_message=_message(response.error),
-                                       assignment=_tp_messages(response.assignment))
+                                       assignment=_tp_messages(response.assignment),
+                                       assignment_data=response.assignment_data)
 
 
 async def heartbeat(coordinator: GroupCoordinator, request: group_pb2.HeartbeatRequest
@@ -275,7 +283,9 @@ def _description(snapshot: GroupSnapshot, broker_id: int) -> group_pb2.GroupDesc
         members=[group_pb2.GroupMemberDescription(
             member_id=m.member_id, group_instance_id=m.group_instance_id or "",
             client_id=m.client_id, subscribed_topics=list(m.subscription.topics),
-            assignment=_tp_messages(m.assignment)) for m in snapshot.members],
+            assignment=_tp_messages(m.assignment),
+            metadata=m.subscription.metadata_for(snapshot.protocol_name) or b"",
+            assignment_data=m.assignment_data) for m in snapshot.members],
         coordinator=broker_id)
 
 

@@ -1,10 +1,12 @@
 """DescribeGroups (key 15), versions 0-5: state, protocol and members of groups, through the
 coordinator's DescribeGroups handler the gRPC front uses (what Kafka UIs and exporters show).
 
-Supports each member's id, static instance id (v4+), client id, subscription (re-encoded as
-ConsumerProtocolSubscription bytes of its topics) and assignment (ConsumerProtocolAssignment
-bytes); a group this broker does not coordinate answers NOT_COORDINATOR; an unknown group is
-``Dead`` with no members, as Kafka answers.
+Supports each member's id, static instance id (v4+), client id, metadata and assignment: the
+bytes a Kafka-protocol member sent for the group's protocol and its leader's assignment bytes,
+unchanged (as Kafka; any protocol type), or for Strom (gRPC) members their topics and partitions
+encoded as ConsumerProtocolSubscription / ConsumerProtocolAssignment; a group this broker does
+not coordinate answers NOT_COORDINATOR; an unknown group is ``Dead`` with no members, as Kafka
+answers.
 
 Not supported: ``client_host`` (empty: the coordinator does not record peers), authorized
 operations (v3+: "not requested"), v6 (KIP-1043's describe errors, not advertised).
@@ -33,9 +35,9 @@ async def handle(ctx: Context) -> Any:
             ctx.build("DescribedGroupMember", member_id=m.member_id,
                       group_instance_id=m.group_instance_id or None, client_id=m.client_id,
                       client_host="",
-                      member_metadata=encode_subscription(
+                      member_metadata=bytes(m.metadata) or encode_subscription(
                           Subscription(tuple(m.subscribed_topics))),
-                      member_assignment=encode_assignment(
+                      member_assignment=bytes(m.assignment_data) or encode_assignment(
                           (tp.topic, tp.partition) for tp in m.assignment))
             for m in g.members)
         described.append(ctx.build(

@@ -6,8 +6,9 @@ Supports all topics (an empty list) or named ones (UNKNOWN_TOPIC_OR_PARTITION pe
 name), topics in name order, ``response_partition_limit`` with the cursor in and
 ``next_cursor`` out, offline replicas.
 
-Not supported: eligible leader replicas (KIP-966's ELR: null, Strom has no ELR), authorized
-operations.
+Not supported: eligible leader replicas (KIP-966's ELR: Strom has none, so both lists are empty,
+as Kafka answers with ELR disabled; a null list made Kafka 4's admin client, and so Kafka
+Streams' internal-topic check, fail with a NullPointerException), authorized operations.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ async def handle(ctx: Context) -> Any:
                           error_code=code(p.error_code), partition_index=p.partition,
                           leader_id=p.leader, leader_epoch=p.leader_epoch,
                           replica_nodes=tuple(p.replicas), isr_nodes=tuple(p.isr),
-                          eligible_leader_replicas=None, last_known_elr=None,
+                          eligible_leader_replicas=(), last_known_elr=(),
                           offline_replicas=tuple(p.offline_replicas))
                 for p in parts)))
         if next_cursor is not None:

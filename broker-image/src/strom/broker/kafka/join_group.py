@@ -1,17 +1,20 @@
-"""JoinGroup (key 11), versions 0-9: join a classic consumer group, through the coordinator's
-JoinGroup handler the gRPC front uses (:func:`strom.broker.coordinator.handlers.join_group`).
+"""JoinGroup (key 11), versions 0-9: join a classic group, through the coordinator's JoinGroup
+handler the gRPC front uses (:func:`strom.broker.coordinator.handlers.join_group`).
 
-Supports the classic protocol with protocol type ``consumer``: the member's subscription is read
-from the first protocol's ConsumerProtocolSubscription bytes (topics, owned partitions, user
-data; ``consumer_protocol``), the leader gets every member's subscription back as bytes, so
-Kafka-protocol and gRPC members share one group. KIP-394 (v4+: a new member first gets
-MEMBER_ID_REQUIRED with its id); v0-3 clients, which do not know that error, are joined with the
-generated id in the same request, as Kafka does. Static membership (``group_instance_id``),
+Any protocol type, as Kafka: each protocol's metadata is handed to the coordinator exactly as
+the member sent it and the leader gets, for the protocol the group selected, every member's bytes
+unchanged (Kafka Connect's ``connect`` groups, Kafka Streams' subscription user data, custom
+assignors). For protocol type ``consumer`` the subscription is also read
+(ConsumerProtocolSubscription, ``consumer_protocol``: topics, owned partitions, user data) so
+Kafka-protocol and gRPC members share one group: a gRPC member's subscription reaches a Kafka
+leader encoded as ConsumerProtocolSubscription v1. Metadata that does not read as one is still
+accepted (Kafka does not parse it either); such a member subscribes to no topic as far as gRPC
+members and the coordinator's metadata-change rebalances see. KIP-394 (v4+: a new member first
+gets MEMBER_ID_REQUIRED with its id); v0-3 clients, which do not know that error, are joined with
+the generated id in the same request, as Kafka does. Static membership (``group_instance_id``),
 rebalance timeouts (v1+; v0 uses the session timeout).
 
-Not supported: other protocol types (Kafka Connect's ``connect``: INCONSISTENT_GROUP_PROTOCOL
-with the reason), per-protocol metadata (members' metadata is the first protocol's, used for
-whichever protocol the group selects), ``skip_assignment`` (KIP-814: always false).
+Not supported: ``skip_assignment`` (KIP-814: always false), the ``reason`` (v8+) is not recorded.
 """
 
 from __future__ import annotations
@@ -34,14 +37,22 @@ VERSIONS = (0, 9)
 CONSUMER = "consumer"
 
 
+def _consumer_subscription(protocols: Any) -> Subscription:
+    """The first protocol's metadata that reads as a ConsumerProtocolSubscription."""
+    for p in protocols:
+        try:
+            return decode_subscription(bytes(p.metadata))
+        except ConsumerProtocolError:
+            continue
+    return Subscription(())
+
+
 async def handle(ctx: Context) -> Any:
     body = ctx.body
-    if body.protocol_type != CONSUMER or not body.protocols:
+    if not body.protocol_type or not body.protocols:
         return _fail(ctx, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, body.member_id)
-    try:
-        sub = decode_subscription(bytes(body.protocols[0].metadata))
-    except ConsumerProtocolError:
-        return _fail(ctx, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, body.member_id)
+    sub = (_consumer_subscription(body.protocols) if body.protocol_type == CONSUMER
+           else Subscription(()))
     rebalance = getattr(body, "rebalance_timeout", None)
     request = group_pb2.JoinGroupRequest(
         group_id=body.group_id, member_id=body.member_id,
@@ -53,7 +64,9 @@ async def handle(ctx: Context) -> Any:
         subscription=group_pb2.Subscription(
             topics=list(sub.topics), user_data=sub.user_data,
             owned_partitions=[common_pb2.TopicPartition(topic=t, partition=p)
-                              for t, p in sub.owned_partitions]))
+                              for t, p in sub.owned_partitions],
+            protocol_metadata=[group_pb2.ProtocolMetadata(name=p.name, metadata=bytes(p.metadata))
+                               for p in body.protocols]))
     coordinator = ctx.core.groups
     answer = await groups.join_group(coordinator, request)
     if (answer.error_code == ErrorCode.MEMBER_ID_REQUIRED and ctx.version < 4
@@ -63,19 +76,25 @@ async def handle(ctx: Context) -> Any:
     members = tuple(
         ctx.build("JoinGroupResponseMember", member_id=m.member_id,
                   group_instance_id=m.group_instance_id or None,
-                  metadata=encode_subscription(_subscription(m.subscription)))
+                  metadata=member_metadata(m.subscription, answer.protocol_name))
         for m in answer.members)
+    ok = answer.error_code == ErrorCode.NONE
     return ctx.build("JoinGroupResponse", throttle_time=NO_THROTTLE,
                      error_code=code(answer.error_code), generation_id=answer.generation,
-                     protocol_type=CONSUMER, protocol_name=answer.protocol_name or None,
+                     protocol_type=body.protocol_type if ok else None,
+                     protocol_name=answer.protocol_name or None,
                      leader=answer.leader_id, skip_assignment=False,
                      member_id=answer.member_id, members=members)
 
 
-def _subscription(sub: group_pb2.Subscription) -> Subscription:
-    return Subscription(tuple(sub.topics),
-                        tuple((tp.topic, tp.partition) for tp in sub.owned_partitions),
-                        bytes(sub.user_data))
+def member_metadata(sub: group_pb2.Subscription, protocol: str) -> bytes:
+    """The bytes the member sent for ``protocol``; a Strom member's subscription encoded."""
+    for p in sub.protocol_metadata:
+        if p.name == protocol:
+            return bytes(p.metadata)
+    return encode_subscription(Subscription(
+        tuple(sub.topics), tuple((tp.topic, tp.partition) for tp in sub.owned_partitions),
+        bytes(sub.user_data)))
 
 
 def _fail(ctx: Context, error: ErrorCode, member_id: str) -> Any:

@@ -7,8 +7,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from kio.schema.describe_configs.v4 import request as dc_req
+from kio.schema.describe_configs.v4 import response as dc_resp
 from kio.schema.describe_topic_partitions.v0 import request as dtp_req
 from kio.schema.describe_topic_partitions.v0 import response as dtp_resp
+from kio.schema.incremental_alter_configs.v1 import request as iac_req
+from kio.schema.incremental_alter_configs.v1 import response as iac_resp
 from kio.schema.offset_for_leader_epoch.v4 import request as ofle_req
 from kio.schema.offset_for_leader_epoch.v4 import response as ofle_resp
 
@@ -66,3 +70,35 @@ def test_describe_topic_partitions_pages_with_a_cursor(broker: BrokerProcess) ->
         cursor = dtp_req.Cursor(topic_name=answer.next_cursor.topic_name,
                                 partition_index=answer.next_cursor.partition_index)
     assert seen == [0, 1, 2, 3, 4]
+
+
+def test_describe_configs_lists_synonyms_and_types_as_kafka(broker: BrokerProcess) -> None:
+    """kafka-configs and Kafka UIs show where a value comes from through its synonyms."""
+    topic = new_topic(broker)
+    altered = _call(broker, 44, 1, iac_req.IncrementalAlterConfigsRequest(
+        resources=(iac_req.AlterConfigsResource(resource_type=2, resource_name=topic, configs=(
+            iac_req.AlterableConfig(name="retention.ms", config_operation=0, value="60000"),)),),
+        validate_only=False), iac_resp.IncrementalAlterConfigsResponse)
+    assert altered.responses[0].error_code == 0, altered
+
+    def describe(resource_type: int, name: str, keys: tuple[str, ...]) -> dict[str, Any]:
+        answer = _call(broker, 32, 4, dc_req.DescribeConfigsRequest(
+            resources=(dc_req.DescribeConfigsResource(resource_type=resource_type,
+                                                      resource_name=name,
+                                                      configuration_keys=keys),),
+            include_synonyms=True, include_documentation=False),
+            dc_resp.DescribeConfigsResponse)
+        return {c.name: c for c in answer.results[0].configs}
+
+    configs = describe(2, topic, ("retention.ms", "cleanup.policy"))
+    retention = configs["retention.ms"]
+    assert (retention.value, retention.config_source, retention.config_type) == ("60000", 1, 5)
+    assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
+        ("retention.ms", "60000", 1), ("log.retention.ms", "604800000", 5)]
+    policy = configs["cleanup.policy"]
+    assert (policy.config_source, policy.config_type) == (5, 7)
+    assert [(s.name, s.source) for s in policy.synonyms] == [("log.cleanup.policy", 5)]
+    delay = describe(4, "0", ("group.initial.rebalance.delay.ms",))[
+        "group.initial.rebalance.delay.ms"]
+    assert (delay.value, delay.config_source, delay.config_type) == ("0", 4, 3)
+    assert [(s.value, s.source) for s in delay.synonyms] == [("0", 4), ("3000", 5)]

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import collections
 
-from strom.broker.config_keys import KEYS, TOPIC_DEFAULT_KEYS
+from strom.broker.config_keys import KEYS, TOPIC_DEFAULT_KEYS, format_value
 from strom.broker.core import BrokerCore
 from strom.broker.metadata_rpc import broker_endpoints
 from strom.broker.publisher import THROTTLE_KEY, throttle_of
@@ -42,11 +42,17 @@ from strom.controller import decisions
 from strom.controller.metadata import AlterConfigs, ChangePartition, UnregisterBroker
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import admin_pb2
-from strom.storage.config import TOPIC_CONFIG_DEFS, topic_config_entries
+from strom.storage.config import TOPIC_CONFIG_DEFS, LogConfig, topic_config_entries
 
 SOURCE_DEFAULT = "DEFAULT"
 SOURCE_STATIC_BROKER = "STATIC_BROKER_CONFIG"
 SOURCE_TOPIC = "DYNAMIC_TOPIC_CONFIG"
+#: Kafka's config type names, by the type names of Strom's topic and broker keys.
+CONFIG_TYPES = {"int": "INT", "long": "LONG", "list": "LIST", "string": "STRING", "str": "STRING",
+                "boolean": "BOOLEAN", "bool": "BOOLEAN", "double": "DOUBLE", "level": "STRING"}
+#: The broker key that sets each topic config's default (Kafka's synonym).
+BROKER_KEY_OF = {topic_key: broker_key for broker_key, topic_key in TOPIC_DEFAULT_KEYS.items()}
+_BUILT_IN = LogConfig()
 
 
 async def metadata_barrier(core: BrokerCore) -> None:
@@ -180,6 +186,8 @@ def _topic_configs(core: BrokerCore, name: str, result: admin_pb2.ResourceConfig
     record = core.topics.topic(name)
     config = core.topics.configured_log_config(name)
     broker_set = {TOPIC_DEFAULT_KEYS[k] for k in core.config.explicit if k in TOPIC_DEFAULT_KEYS}
+    built_in = dict((k, v) for k, v, _ in topic_config_entries(_BUILT_IN, {}))
+    defaults = dict((k, v) for k, v, _ in topic_config_entries(core.config.topic_defaults, {}))
     for key, value, is_default in topic_config_entries(config, record.configs):
         if not is_default:
             source = SOURCE_TOPIC
@@ -187,8 +195,16 @@ def _topic_configs(core: BrokerCore, name: str, result: admin_pb2.ResourceConfig
             source = SOURCE_STATIC_BROKER
         else:
             source = SOURCE_DEFAULT
-        result.entries.add(name=key, value=value, source=source, is_default=is_default,
-                           read_only=False, documentation=TOPIC_CONFIG_DEFS[key].doc)
+        entry = result.entries.add(name=key, value=value, source=source, is_default=is_default,
+                                   read_only=False, documentation=TOPIC_CONFIG_DEFS[key].doc,
+                                   type=CONFIG_TYPES.get(TOPIC_CONFIG_DEFS[key].type, ""))
+        # Kafka's synonyms: the override, then the broker key as set, then its default
+        if not is_default:
+            entry.synonyms.add(name=key, value=value, source=SOURCE_TOPIC)
+        broker_key = BROKER_KEY_OF.get(key, key)
+        if key in broker_set:
+            entry.synonyms.add(name=broker_key, value=defaults[key], source=SOURCE_STATIC_BROKER)
+        entry.synonyms.add(name=broker_key, value=built_in[key], source=SOURCE_DEFAULT)
 
 
 def _check_broker(core: BrokerCore, name: str) -> None:
@@ -201,9 +217,16 @@ def _check_broker(core: BrokerCore, name: str) -> None:
 def _broker_configs(core: BrokerCore, name: str, result: admin_pb2.ResourceConfigs) -> None:
     _check_broker(core, name)
     for key, value, is_default in core.config.describe():
-        result.entries.add(name=key, value=value, is_default=is_default, read_only=True,
-                           source=SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER,
-                           documentation=KEYS[key].doc)
+        entry = result.entries.add(name=key, value=value, is_default=is_default, read_only=True,
+                                   source=SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER,
+                                   documentation=KEYS[key].doc,
+                                   type=CONFIG_TYPES.get(KEYS[key].kind, ""))
+        if not is_default:
+            entry.synonyms.add(name=key, value=value, source=SOURCE_STATIC_BROKER)
+        default = KEYS[key].default
+        if default is None and key in TOPIC_DEFAULT_KEYS:
+            default = getattr(_BUILT_IN, TOPIC_DEFAULT_KEYS[key].replace(".", "_"), "")
+        entry.synonyms.add(name=key, value=format_value(default), source=SOURCE_DEFAULT)
 
 
 async def alter_configs(core: BrokerCore, request: admin_pb2.AlterConfigsRequest

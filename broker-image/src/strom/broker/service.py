@@ -23,7 +23,17 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from strom.broker import admin, fetch, metadata_rpc, offsets, produce, replica_fetch
+from strom.broker import (
+    admin,
+    delete_records,
+    fetch,
+    log_dirs,
+    metadata_rpc,
+    offsets,
+    produce,
+    producers,
+    replica_fetch,
+)
 from strom.broker.coordinator import handlers as groups
 from strom.broker.coordinator.coordinator import GroupCoordinator
 from strom.broker.core import BrokerCore
@@ -111,6 +121,9 @@ BROKER: dict[str, Handler] = {
     "ListOffsets": offsets.handle,
     "Metadata": metadata_rpc.handle,
     "InitProducerId": handle_init_producer_id,
+    "DeleteRecords": delete_records.handle,
+    "DescribeLogDirs": log_dirs.handle,
+    "DescribeProducers": producers.handle,
 }
 
 #: ``strom.v1.Admin``: each call after a metadata barrier.
@@ -144,6 +157,7 @@ GROUP: dict[str, Callable[[GroupCoordinator, Any], Awaitable[Any]]] = {
     "ListGroups": groups.list_groups,
     "DescribeGroups": groups.describe_groups,
     "DeleteGroups": groups.delete_groups,
+    "OffsetDelete": groups.offset_delete,
 }
 
 

@@ -424,6 +424,13 @@ class OffsetStore:
             return dict(committed)
         return {tp: committed.get(tp) for tp in partitions}
 
+    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Record]:
+        """Tombstones for the committed offsets of ``partitions`` the group has (OffsetDelete;
+        check the group's subscriptions first)."""
+        committed = self.offsets.get(group_id, {})
+        return [offset_record(group_id, tp, None) for tp in sorted(set(partitions))
+                if tp in committed]
+
     def delete_group(self, group_id: str) -> list[Record]:
         """Tombstones for everything a group has (admin DeleteGroups; only when it is empty)."""
         records = [

@@ -320,3 +320,37 @@ async def delete_groups(coordinator: GroupCoordinator, request: group_pb2.Delete
         out.append(group_pb2.GroupResult(group_id=group_id, error_code=code,
                                          error_message=message))
     return group_pb2.DeleteGroupsResponse(results=out)
+
+
+async def offset_delete(coordinator: GroupCoordinator, request: group_pb2.OffsetDeleteRequest
+                        ) -> group_pb2.OffsetDeleteResponse:
+    metadata = coordinator.metadata
+    unknown: dict[TopicPartition, tuple[ErrorCode, str]] = {}
+    wanted = []
+    for tp in _tps(request.partitions):
+        topic = metadata.topic(tp[0])
+        if topic is None or not 0 <= tp[1] < topic.partitions:
+            unknown[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]} does not exist")
+        else:
+            wanted.append(tp)
+    try:
+        code, errors = await coordinator.coordinator_for(request.group_id).delete_offsets(
+            request.group_id, wanted)
+    except StromError as err:
+        return group_pb2.OffsetDeleteResponse(error_code=err.code, error_message=err.message)
+    if code is not ErrorCode.NONE:
+        message = {
+            ErrorCode.GROUP_ID_NOT_FOUND: f"group {request.group_id!r} does not exist",
+            ErrorCode.NON_EMPTY_GROUP: f"group {request.group_id!r} has members and is not a "
+                                       f"consumer group; stop its members first",
+        }.get(code, _message(code))
+        return group_pb2.OffsetDeleteResponse(error_code=code, error_message=message)
+    out = []
+    for tp in _tps(request.partitions):
+        error, message = unknown.get(tp) or (errors.get(tp, ErrorCode.NONE), "")
+        if error is ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC:
+            message = (f"a member of group {request.group_id!r} subscribes to {tp[0]}; stop "
+                       f"or unsubscribe it first")
+        out.append(group_pb2.PartitionError(topic=tp[0], partition=tp[1], error_code=error,
+                                            error_message=message or _message(error)))
+    return group_pb2.OffsetDeleteResponse(partitions=out)

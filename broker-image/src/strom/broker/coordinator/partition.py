@@ -490,6 +490,38 @@ class CoordinatorPartition:
         log.info("group %s deleted (%d records tombstoned)", group_id, len(records))
         return ErrorCode.NONE
 
+    async def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]
+                             ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """Admin OffsetDelete, as Kafka: any partition of an empty group; of a consumer group
+        with members, those of topics no member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for
+        the others); a non-empty group of another protocol type is NON_EMPTY_GROUP."""
+        self.check_active()
+        group = self.groups.get(group_id)
+        if group is None and group_id not in self.store.offsets:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        if group is not None and group.state is GroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        subscribed: frozenset[str] = frozenset()
+        if group is not None and group.state is not GroupState.EMPTY:
+            if group.protocol_type != "consumer":
+                return ErrorCode.NON_EMPTY_GROUP, {}
+            subscribed = group.subscribed_topics()
+        wanted = list(dict.fromkeys(partitions))
+        errors = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed
+                  else ErrorCode.NONE for tp in wanted}
+        records = self.store.delete_offsets(
+            group_id, [tp for tp, e in errors.items() if e is ErrorCode.NONE])
+        if records:
+            try:
+                await self.write(records)
+            except StromError as err:
+                failed = append_error(err.code)
+                return ErrorCode.NONE, {tp: failed if e is ErrorCode.NONE else e
+                                        for tp, e in errors.items()}
+            log.info("group %s: deleted the committed offsets of %d partitions", group_id,
+                     len(records))
+        return ErrorCode.NONE, errors
+
     # ---- metrics --------------------------------------------------------------------------
 
     def committed(self) -> Iterator[tuple[str, TopicPartition, int]]:

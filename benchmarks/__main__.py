@@ -176,6 +176,17 @@ def run_partition_scale(params: dict[str, Any], results: list[Result]) -> None:
         _progress(f"partition scale: wrote {png}")
 
 
+def run_kafka_listener(params: dict[str, Any], results: list[Result]) -> None:
+    """Strom's Kafka listener beside its gRPC path on one broker, same run (issue 14,
+    ``benchmarks/kafka_listener.py``); a PNG beside the JSON when matplotlib is installed."""
+    from benchmarks import kafka_listener as kl
+
+    rows = kl.run(params, results, _progress)
+    png = RESULTS_DIR / "kafka-listener.png"
+    if kl.plot(rows, png):
+        _progress(f"kafka-listener: wrote {png}")
+
+
 def run_strom_replicated(params: dict[str, int | float], results: list[Result]) -> None:
     """Replication on one machine: 3 brokers in combined mode; RF=3 acks=all beside RF=1 acks=1
     (same cluster, same run, ratio = replicated / unreplicated) for both workloads."""
@@ -499,6 +510,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any], list[Result]], None]] = {
     "single": run_strom, "partitions": run_strom_partitions,
     "partition-scale": run_partition_scale,
     "replication": run_strom_replicated, "failover": run_failover, "groups": run_groups,
+    "kafka-listener": run_kafka_listener,
     "kafka": run_kafka, "kafka-replication": run_kafka_replicated, "peers": run_peers,
 }
 """Sections of a run, in order; ``--only`` picks some (the peers' rows only get ratios when

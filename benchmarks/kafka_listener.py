@@ -1,0 +1,125 @@
+"""The Kafka listener against the gRPC path on the same broker, same run (issue 14, section
+``kafka-listener``): is the second front as fast as the first?
+
+One Strom broker; the same workloads as section ``single`` (``1p-100B``, ``8p-1KiB``: produce at
+full speed, catch-up from offset 0; end-to-end latency at a fixed rate) run alternately through
+its gRPC port with Strom's own Python client and through its Kafka listener with confluent-kafka
+(librdkafka), each on fresh topics, median of ``repeats``. Rows ``strom gRPC (strom client)`` and
+``strom Kafka listener (confluent-kafka)``, the latter with its ratio to the former: the issue's
+targets are throughput >= 0.8x of gRPC and end-to-end p99 no worse.
+
+What differs besides the front is the client: Strom's client is Python over a compiled
+RecordBatch codec; librdkafka is C. So a ratio says what a user gets with each path, not the
+servers' cost alone (the broker's CPU time per run is in each row's ``extra`` for that).
+Writes ``results/kafka-listener.png`` when matplotlib is installed (it is not a dependency).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import kafka_workloads as kw
+from benchmarks import strom_workloads as sw
+from benchmarks.harness import Result, percentile
+
+GRPC = "strom gRPC (strom client)"
+KAFKA = "strom Kafka listener (confluent-kafka)"
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(params: dict[str, Any], results: list[Result],
+        progress: Callable[[str], None]) -> list[Result]:
+    from strom.testing import running_broker
+
+    reps = int(params["repeats"])
+    rate, secs = int(params["latency_rate"]), float(params["latency_seconds"])
+    workloads = [("1p-100B", 1, int(params["records_100b"]), 100),
+                 ("8p-1KiB", 8, int(params["records_1k"]), 1024)]
+    rows: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="strom-bench-listener-") as tmp, \
+            running_broker(Path(tmp), config={"log.segment.bytes": str(256 << 20)}) as broker:
+        create = functools.partial(sw.create_topic, broker.bootstrap)
+        paths: dict[str, tuple[str, Any]] = {GRPC: (broker.bootstrap, sw),
+                                             KAFKA: (broker.kafka_bootstrap, kw)}
+        warm = 20_000 if reps == 1 else 200_000
+        for system, (bs, client) in paths.items():
+            progress(f"kafka-listener: warm-up of {system}, {warm:,} records")
+            topic = f"warmup-{'g' if system == GRPC else 'k'}"
+            create(topic, 1)
+            client.produce(bs, topic, warm, 100)
+            client.consume_all(bs, topic, 1, warm, 100)
+        for label, parts, n, size in workloads:
+            produced: dict[str, list[Any]] = {GRPC: [], KAFKA: []}
+            consumed: dict[str, list[Any]] = {GRPC: [], KAFKA: []}
+            cpu: dict[str, list[float]] = {GRPC: [], KAFKA: []}
+            for rep in range(reps):
+                for system, (bs, client) in paths.items():
+                    topic = f"{label}-{rep}-{'g' if system == GRPC else 'k'}"
+                    create(topic, parts)
+                    progress(f"kafka-listener: {system}, {label}, run {rep + 1}/{reps}")
+                    before = _cpu_seconds(broker.pid)
+                    produced[system].append(client.produce(bs, topic, n, size))
+                    consumed[system].append(client.consume_all(bs, topic, parts, n, size))
+                    cpu[system].append(_cpu_seconds(broker.pid) - before)
+            for system in paths:
+                peers = [GRPC] if system == KAFKA else []
+                p, c = sw.median_run(produced[system]), sw.median_run(consumed[system])
+                broker_cpu = sorted(cpu[system])[(len(cpu[system]) - 1) // 2]
+                extra = {"broker_cpu_s_per_run": broker_cpu,
+                         "broker_cpu_us_per_record": broker_cpu / n * 1e6}
+                rows.append(Result(system, label, "produce", p.records_per_s, "records/s",
+                                   peers=list(peers), extra={
+                                       "runs": [t.records_per_s for t in produced[system]],
+                                       **extra}))
+                rows.append(Result(system, label, "produce MB/s", p.mb_per_s, "MB/s",
+                                   peers=list(peers)))
+                rows.append(Result(system, label, "consume", c.records_per_s, "records/s",
+                                   peers=list(peers), extra={
+                                       "runs": [t.records_per_s for t in consumed[system]]}))
+        for system, (bs, client) in paths.items():
+            topic = f"latency-{'g' if system == GRPC else 'k'}"
+            create(topic, 1)
+            progress(f"kafka-listener: {system}, end-to-end latency at {rate:,}/s for {secs:g} s")
+            lat = client.end_to_end_latency(bs, topic, 1, rate, secs)
+            for q in (50, 99):
+                rows.append(Result(system, "1p-100B", f"e2e p{q:g} @{rate}/s",
+                                   percentile(lat, q), "ms", higher_is_better=False,
+                                   peers=[GRPC] if system == KAFKA else []))
+    results.extend(rows)
+    return rows
+
+
+def plot(rows: list[Result], path: Path) -> bool:
+    """Bars: each throughput row of both paths, and the latency rows; False without
+    matplotlib."""
+    try:
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+
+    fig, (top, bottom) = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, unit in ((top, "records/s"), (bottom, "ms")):
+        keys = sorted({(r.workload, r.metric) for r in rows if r.unit == unit})
+        for i, system in enumerate((GRPC, KAFKA)):
+            values = {(r.workload, r.metric): r.value for r in rows
+                      if r.system == system and r.unit == unit}
+            ax.bar([k + i * 0.4 for k in range(len(keys))],
+                   [values.get(k, 0.0) for k in keys], width=0.4, label=system)
+        ax.set_xticks([k + 0.2 for k in range(len(keys))],
+                      [f"{w}\n{m}" for w, m in keys], fontsize=7)
+        ax.set_ylabel(unit)
+    top.legend(fontsize=7)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    return True

@@ -149,13 +149,16 @@ def _latency_consumer(bootstrap: str, topic: str, partitions: int, expected: int
 
 
 def end_to_end_latency(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float,
-                       value_size: int = 100, acks: int | str = 1) -> list[float]:
-    """Produce at a fixed ``rate`` for ``seconds`` (``linger.ms=0``); return the sorted
-    producer-to-consumer latencies in ms, read by a consumer in another process."""
+                       value_size: int = 100, acks: int | str = 1,
+                       producer_config: dict[str, Any] | None = None) -> list[float]:
+    """Produce at a fixed ``rate`` for ``seconds`` (``linger.ms=0`` unless ``producer_config``
+    says otherwise); return the sorted producer-to-consumer latencies in ms, read by a consumer
+    in another process."""
     total = int(rate * seconds)
 
     def produce_paced() -> None:
-        producer, _ = _producer(bootstrap, acks=acks, **{"linger.ms": 0})
+        producer, _ = _producer(bootstrap, acks=acks,
+                                **{"linger.ms": 0, **(producer_config or {})})
 
         def send(value: bytes) -> None:
             producer.produce(topic, value)

@@ -1,8 +1,10 @@
 """APIs no client in the test suite drives directly, exercised with raw kio requests:
-OffsetForLeaderEpoch (KIP-320 position validation) and DescribeTopicPartitions paging."""
+OffsetForLeaderEpoch (KIP-320 position validation), DescribeTopicPartitions paging, DescribeConfigs
+synonyms and fetch sessions (KIP-227) request by request."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -11,6 +13,9 @@ from kio.schema.describe_configs.v4 import request as dc_req
 from kio.schema.describe_configs.v4 import response as dc_resp
 from kio.schema.describe_topic_partitions.v0 import request as dtp_req
 from kio.schema.describe_topic_partitions.v0 import response as dtp_resp
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_req
+from kio.schema.fetch.v12 import response as fetch_resp
 from kio.schema.incremental_alter_configs.v1 import request as iac_req
 from kio.schema.incremental_alter_configs.v1 import response as iac_resp
 from kio.schema.offset_for_leader_epoch.v4 import request as ofle_req
@@ -102,3 +107,49 @@ def test_describe_configs_lists_synonyms_and_types_as_kafka(broker: BrokerProces
         "group.initial.rebalance.delay.ms"]
     assert (delay.value, delay.config_source, delay.config_type) == ("0", 4, 3)
     assert [(s.value, s.source) for s in delay.synonyms] == [("0", 4), ("3000", 5)]
+
+
+def test_fetch_sessions_answer_incremental_fetches_with_only_what_changed(
+        broker: BrokerProcess) -> None:
+    """KIP-227 as Kafka's Java consumer uses it, request by request."""
+    topic = new_topic(broker, partitions=2)
+
+    def fetch(session_id: int, epoch: int, partitions: tuple[tuple[int, int], ...],
+              forgotten: tuple[int, ...] = ()) -> Any:
+        return _call(broker, 1, 12, fetch_req.FetchRequest(
+            cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=10),
+            min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=session_id,
+            session_epoch=epoch, topics=(fetch_req.FetchTopic(topic=topic, partitions=tuple(
+                fetch_req.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=o,
+                                         last_fetched_epoch=-1, log_start_offset=-1,
+                                         partition_max_bytes=1 << 20)
+                for p, o in partitions)),) if partitions else (),
+            forgotten_topics_data=(fetch_req.ForgottenTopic(topic=topic, partitions=forgotten),)
+            if forgotten else (), rack_id=""), fetch_resp.FetchResponse)
+
+    def carried(answer: Any) -> dict[int, int]:
+        return {p.partition_index: len(p.records or b"") for t in answer.responses
+                for p in t.partitions}
+
+    opened = fetch(0, 0, ((0, 0), (1, 0)))
+    assert opened.error_code == 0 and opened.session_id > 0
+    assert carried(opened) == {0: 0, 1: 0}
+    sid = opened.session_id
+    assert carried(fetch(sid, 1, ())) == {}  # nothing changed: nothing carried
+    producer = Producer({"bootstrap.servers": broker.kafka_bootstrap})
+    producer.produce(topic, value=b"news", partition=1)
+    assert producer.flush(30) == 0
+    del producer
+    news = carried(fetch(sid, 2, ()))
+    assert list(news) == [1] and news[1] > 0  # only the partition with records
+    # the consumer moved past it (no news: the high watermark was sent already) and forgot 0
+    assert carried(fetch(sid, 3, ((1, 1),), forgotten=(0,))) == {}
+    producer = Producer({"bootstrap.servers": broker.kafka_bootstrap})
+    producer.produce(topic, value=b"unwatched", partition=0)
+    assert producer.flush(30) == 0
+    del producer
+    assert carried(fetch(sid, 4, ())) == {}  # partition 0 left the session
+    assert fetch(sid, 4, ()).error_code == ErrorCode.invalid_fetch_session_epoch
+    assert fetch(sid + 1, 1, ()).error_code == ErrorCode.fetch_session_id_not_found
+    sessionless = fetch(0, -1, ((0, 0),))
+    assert sessionless.session_id == 0 and list(carried(sessionless)) == [0]

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode as KafkaErrorCode
 from kio.serial._introspect import is_optional
 
 from strom.broker.core import BrokerCore
+from strom.broker.kafka.fetch_sessions import FetchSessionCache
 from strom.broker.kafka.frames import Request, response_module
 from strom.protocol.errors import StromError
 
@@ -49,6 +50,8 @@ class Context:
     """The Kafka listener's name: Metadata lists the endpoints registered under it."""
     apis: dict[int, tuple[int, int]]
     """Every API this listener serves: key -> (min version, max version)."""
+    fetch_sessions: FetchSessionCache | None = None
+    """The listener's fetch sessions (KIP-227); None: every fetch is sessionless."""
 
     @property
     def version(self) -> int:

@@ -8,11 +8,12 @@ OFFSET_OUT_OF_RANGE), topic ids (v13+; an unknown id answers UNKNOWN_TOPIC_ID), 
 returned exactly as stored (never decoded or re-encoded), ``last_stable_offset`` equal to the
 high watermark (there are no transactions, so read_committed reads the same records).
 
-Fetch sessions (KIP-227): this broker never creates one and says so the way Kafka allows: a full
-fetch (session id 0) is answered with session id 0, which tells the client no session exists, so
-it keeps sending full fetches; an incremental fetch (a session id it cannot know) is answered
-FETCH_SESSION_ID_NOT_FOUND, and session id 0 with an epoch > 0 INVALID_FETCH_SESSION_EPOCH, both
-of which make clients fall back to a full fetch. ``forgotten_topics_data`` is therefore ignored.
+Fetch sessions (KIP-227, :mod:`strom.broker.kafka.fetch_sessions`): a full fetch with epoch 0
+opens a session, answered with its id; incremental fetches name only new or changed partitions
+(and ``forgotten_topics_data``) and their answers carry only partitions with records, errors or a
+changed high watermark / log start offset; an unknown session is FETCH_SESSION_ID_NOT_FOUND, a
+wrong epoch INVALID_FETCH_SESSION_EPOCH (clients then start over with a full fetch); epoch -1 is
+a sessionless full fetch. librdkafka does not use sessions; Kafka's Java consumer does.
 
 Not supported: preferred read replicas (KIP-392: always -1, read from the leader), the
 ``diverging_epoch`` answer (followers replicate over gRPC; consumers validate positions with
@@ -26,46 +27,60 @@ from typing import Any
 
 from strom.broker import fetch
 from strom.broker.kafka.context import NO_THROTTLE, Context, code, ms, topic_uuid
+from strom.broker.kafka.fetch_sessions import FINAL_EPOCH, Plan, Wanted
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2
 
 KEY = 1
 VERSIONS = (4, 17)
-FINAL_EPOCH = -1
+SESSIONS = 7
+"""The first Fetch version with session id and epoch."""
 
 
 async def handle(ctx: Context) -> Any:
     body = ctx.body
-    session_error = _session_error(body)
-    if session_error is not None:
-        return ctx.build("FetchResponse", throttle_time=NO_THROTTLE,
-                         error_code=code(int(session_error)), session_id=0, responses=())
     core = ctx.core
     by_id: dict[uuid.UUID, str] | None = None
-    request = broker_pb2.FetchRequest(max_wait_ms=ms(body.max_wait), min_bytes=body.min_bytes,
-                                      max_bytes=getattr(body, "max_bytes", 0) or 0,
-                                      isolation_level=getattr(body, "isolation_level", 0))
-    order: list[tuple[str, uuid.UUID | None, list[int]]] = []
-    unknown_ids: set[uuid.UUID] = set()
-    for topic in body.topics:
+
+    def name_of(topic: Any) -> tuple[str, uuid.UUID | None]:
+        nonlocal by_id
         name = getattr(topic, "topic", None)
         topic_id = getattr(topic, "topic_id", None)
         if name is None:
             if by_id is None:
                 by_id = {topic_uuid(t.topic_id): n for n, t in core.metadata.topics().items()}
             name = by_id.get(topic_id, "") if topic_id is not None else ""
-            if not name and topic_id is not None:
-                unknown_ids.add(topic_id)
-        partitions = []
+        return name, topic_id
+
+    requested: list[tuple[tuple[str, int], Wanted]] = []
+    unknown: list[tuple[str, uuid.UUID | None, int]] = []
+    topic_ids: dict[str, object] = {}
+    for topic in body.topics:
+        name, topic_id = name_of(topic)
         for p in topic.partitions:
-            partitions.append(p.partition)
-            if name:
-                request.partitions.add(topic=name, partition=p.partition,
-                                       fetch_offset=p.fetch_offset,
-                                       partition_max_bytes=p.partition_max_bytes,
-                                       current_leader_epoch=getattr(
-                                           p, "current_leader_epoch", -1))
-        order.append((name, topic_id, partitions))
+            if not name:
+                unknown.append((name, topic_id, p.partition))
+                continue
+            topic_ids[name] = topic_id
+            requested.append(((name, p.partition), Wanted(
+                p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1))))
+    forgotten = [(name_of(t)[0], p) for t in getattr(body, "forgotten_topics_data", None) or ()
+                 for p in t.partitions]
+    session_id = getattr(body, "session_id", 0)
+    epoch = getattr(body, "session_epoch", FINAL_EPOCH)
+    plan = (ctx.fetch_sessions.plan(session_id, epoch, requested, forgotten, topic_ids)
+            if ctx.fetch_sessions is not None and ctx.version >= SESSIONS
+            else Plan(partitions=tuple(requested)))
+    if plan.error is not None:
+        return ctx.build("FetchResponse", throttle_time=NO_THROTTLE,
+                         error_code=code(int(plan.error)), session_id=0, responses=())
+    request = broker_pb2.FetchRequest(max_wait_ms=ms(body.max_wait), min_bytes=body.min_bytes,
+                                      max_bytes=getattr(body, "max_bytes", 0) or 0,
+                                      isolation_level=getattr(body, "isolation_level", 0))
+    for (name, partition), wanted in plan.partitions:
+        request.partitions.add(topic=name, partition=partition, fetch_offset=wanted.fetch_offset,
+                               partition_max_bytes=wanted.max_bytes,
+                               current_leader_epoch=wanted.current_leader_epoch)
     results: dict[tuple[str, int], Any] = {}
     whole: StromError | None = None
     if request.partitions:
@@ -75,33 +90,34 @@ async def handle(ctx: Context) -> Any:
         except StromError as err:
             whole = err
     committed = request.isolation_level == 1
-    responses = []
-    for name, topic_id, partitions in order:
-        parts = []
-        for partition in partitions:
-            out = results.get((name, partition))
-            if out is None or whole is not None:
-                error = (whole.code if whole is not None
-                         else ErrorCode.UNKNOWN_TOPIC_ID if topic_id in unknown_ids
-                         else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                parts.append(_partition(ctx, partition, int(error), -1, -1, b"", committed))
-                continue
-            parts.append(_partition(ctx, partition, out.error_code, out.high_watermark,
-                                    out.log_start_offset, out.records, committed))
-        responses.append(ctx.build("FetchableTopicResponse", topic=name, topic_id=topic_id,
-                                   partitions=tuple(parts)))
+    session = plan.session
+    known_ids = session.topic_ids if session is not None else topic_ids
+    by_topic: dict[str, tuple[Any, list[Any]]] = {}
+    for (name, partition), _ in plan.partitions:
+        out = results.get((name, partition))
+        if out is None or whole is not None:
+            error = int(whole.code if whole is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            hw, start, records = -1, -1, b""
+        else:
+            error, hw, start, records = (out.error_code, out.high_watermark,
+                                         out.log_start_offset, out.records)
+        news = (session.changed((name, partition), error, len(records), hw, start)
+                if session is not None else True)
+        if plan.incremental and not news:
+            continue
+        by_topic.setdefault(name, (known_ids.get(name), []))[1].append(
+            _partition(ctx, partition, error, hw, start, records, committed))
+    for _, topic_id, partition in unknown:
+        error = (ErrorCode.UNKNOWN_TOPIC_ID if topic_id is not None
+                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        by_topic.setdefault(f"\0{topic_id}", (topic_id, []))[1].append(
+            _partition(ctx, partition, int(error), -1, -1, b"", committed))
+    responses = tuple(ctx.build("FetchableTopicResponse", topic=key if key[:1] != "\0" else "",
+                                topic_id=topic_id, partitions=tuple(parts))
+                      for key, (topic_id, parts) in by_topic.items())
     return ctx.build("FetchResponse", throttle_time=NO_THROTTLE, error_code=code(0),
-                     session_id=0, responses=tuple(responses))
-
-
-def _session_error(body: Any) -> ErrorCode | None:
-    session_id = getattr(body, "session_id", 0)
-    epoch = getattr(body, "session_epoch", FINAL_EPOCH)
-    if session_id != 0:
-        return ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-    if epoch not in (0, FINAL_EPOCH):
-        return ErrorCode.INVALID_FETCH_SESSION_EPOCH
-    return None
+                     session_id=session.session_id if session is not None else 0,
+                     responses=responses)
 
 
 def _partition(ctx: Context, partition: int, error: int, high_watermark: int,

@@ -36,6 +36,7 @@ from strom.broker.config import BrokerConfig
 from strom.broker.core import BrokerCore
 from strom.broker.kafka.apis import APIS, SUPPORTED
 from strom.broker.kafka.context import Context
+from strom.broker.kafka.fetch_sessions import FetchSessionCache
 from strom.broker.kafka.frames import (
     ApiVersionsFallback,
     Reject,
@@ -63,6 +64,7 @@ class KafkaListener:
         self.max_request_bytes = config.max_message_size
         self.idle_s = int(config.get("connections.max.idle.ms")) / 1000.0
         self.core: BrokerCore | None = None
+        self.fetch_sessions = FetchSessionCache()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -137,7 +139,7 @@ class KafkaListener:
             core.metrics.requests.labels("ApiVersions", "UNSUPPORTED_VERSION", self.name).inc()
             return await self._send(writer, api_versions_fallback(parsed, SUPPORTED))
         api = APIS[parsed.api_key]
-        context = Context(core, parsed, self.name, SUPPORTED)
+        context = Context(core, parsed, self.name, SUPPORTED, self.fetch_sessions)
         metrics = core.metrics
         metrics.inflight.inc()
         started = time.perf_counter()

@@ -62,6 +62,11 @@ def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
         assert (system, "replication 8p-1KiB", "produce") in rows
     assert "kafka RF=3 acks=all" in by_key[
         ("strom RF=3 acks=all", "replication 1p-100B", "produce")]["ratios"]
+    # Section kafka-listener (issue 14): the Kafka listener beside the gRPC path, same broker.
+    for workload, metric in (("1p-100B", "produce"), ("8p-1KiB", "consume"),
+                             ("1p-100B", "e2e p99 @1000/s")):
+        listener = by_key[("strom Kafka listener (confluent-kafka)", workload, metric)]
+        assert "strom gRPC (strom client)" in listener["ratios"], listener
     for r in doc["results"]:
         if r["system"] == "strom" and peers:
             assert set(r["ratios"]) == peers, "every Strom row carries a ratio to each peer"

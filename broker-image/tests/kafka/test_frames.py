@@ -52,6 +52,24 @@ def test_frames_kafka_closes_the_connection_for_are_rejected() -> None:
         assert isinstance(parse_request(frame, SUPPORTED), Reject), frame
 
 
+def test_a_null_where_the_schema_forbids_one_is_rejected() -> None:
+    """kio reads a -1 length as None anywhere; Kafka's readers refuse a null non-nullable field
+    (found by the Kafka-listener fuzz test: the handler then failed on None)."""
+    from kio.schema.offset_commit.v8.request import OffsetCommitRequest, OffsetCommitRequestTopic
+
+    null_partitions = OffsetCommitRequest(
+        group_id="g", generation_id_or_member_epoch=1, member_id="m",  # type: ignore[arg-type]
+        group_instance_id=None,
+        topics=(OffsetCommitRequestTopic(name="t", partitions=None),))  # type: ignore[arg-type]
+    parsed = parse_request(_frame(8, 8, null_partitions), SUPPORTED)
+    assert isinstance(parsed, Reject)
+    assert "non-nullable field topics.partitions was serialized as null" in parsed.reason
+    allowed = OffsetCommitRequest(
+        group_id="g", generation_id_or_member_epoch=1, member_id="m",  # type: ignore[arg-type]
+        group_instance_id=None, topics=())
+    assert isinstance(parse_request(_frame(8, 8, allowed), SUPPORTED), Request)
+
+
 def test_an_api_not_implemented_is_rejected_even_if_kafka_has_it() -> None:
     # 57 = UpdateFeatures: real in Kafka, not served here, so never advertised either
     assert 57 not in SUPPORTED

@@ -14,13 +14,17 @@ What a frame becomes (:func:`parse_request`):
   so the client can pick a version);
 - a :class:`Reject` for everything Kafka answers by closing the connection: a frame too short for
   a header, an unknown API key, an API this broker does not serve, an unsupported version, a body
-  that does not parse.
+  that does not parse, a null where the schema has a non-nullable array, string or struct
+  (kio's readers accept a -1 length anywhere; Kafka's generated readers throw
+  "non-nullable field ... was serialized as null").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
+import typing
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -110,7 +114,60 @@ def parse_request(frame: bytes | memoryview,
     except (SerialError, ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
         return Reject(f"malformed request (API key {api_key} version {api_version}): "
                       f"{type(exc).__name__}: {exc}")
+    null = null_field(body)
+    if null is not None:
+        return Reject(f"malformed request (API key {api_key} version {api_version}): "
+                      f"non-nullable field {null} was serialized as null")
     return Request(api_key, api_version, correlation_id, header.client_id or "", body)
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    nullable: bool
+    entity: type[Any] | None
+    """The struct type of the field (or of its array's elements), None for a primitive."""
+    array: bool
+
+
+_FIELDS: dict[type[Any], tuple[_Field, ...]] = {}
+
+
+def _fields(cls: type[Any]) -> tuple[_Field, ...]:
+    known = _FIELDS.get(cls)
+    if known is not None:
+        return known
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        nullable = type(None) in args
+        inner = next((a for a in args if a is not type(None)), hint) if nullable else hint
+        array = typing.get_origin(inner) is tuple
+        element = typing.get_args(inner)[0] if array else inner
+        entity = element if dataclasses.is_dataclass(element) else None
+        out.append(_Field(f.name, nullable, entity, array))  # type: ignore[arg-type]
+    _FIELDS[cls] = fields = tuple(out)
+    return fields
+
+
+def null_field(entity: Any, path: str = "") -> str | None:
+    """The dotted name of the first non-nullable field that holds None, else None."""
+    for f in _fields(type(entity)):
+        value = getattr(entity, f.name)
+        name = f"{path}{f.name}"
+        if value is None:
+            if not f.nullable:
+                return name
+            continue
+        if f.entity is None:
+            continue
+        for item in value if f.array else (value,):
+            found = null_field(item, f"{name}.")
+            if found is not None:
+                return found
+    return None
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:

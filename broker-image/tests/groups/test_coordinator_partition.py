@@ -335,3 +335,30 @@ async def test_forget_topics_tombstones_every_groups_offsets_of_those_topics() -
     assert part.fetch("a", None) == {("t", 0): OffsetAndMetadata(1, 0)}
     assert part.fetch("b", None) == {}
     assert await part.forget_topics({"gone"}) == 0
+
+
+async def test_a_group_timer_that_keeps_failing_is_escalated_not_looped() -> None:
+    """Issue 13 item 2: the timer logged a traceback every 0.1 s forever; now the supervisor
+    backs it off and stops the broker (exit 1, /readyz 503) when it keeps failing."""
+    from strom.supervision import RestartPolicy, Supervisor
+
+    fatal: list[str] = []
+    Supervisor(lambda name, exc: fatal.append(name),
+               RestartPolicy(max_failures=3, window_s=60, initial_backoff_s=0.01,
+                             max_backoff_s=0.01)).install()
+    settings = GroupSettings(group=GroupConfig(initial_rebalance_delay_ms=0))
+    part = CoordinatorPartition(0, 1, settings, FakeLog().append, Clock(), lambda: {"t": 4})
+    ticks: list[int] = []
+
+    def broken_tick() -> None:
+        ticks.append(1)
+        raise RuntimeError("a bug in a group state machine")
+
+    part.tick = broken_tick  # type: ignore[method-assign]
+    part.next_deadline_ms = lambda: 0  # type: ignore[method-assign]
+    part.finish_load(timer=True)
+    timer = part._timer
+    assert timer is not None
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(timer, 5)
+    assert fatal == ["group-timer-0"] and len(ticks) == 3

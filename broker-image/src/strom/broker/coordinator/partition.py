@@ -64,6 +64,7 @@ from strom.groups.offsets import (
     snapshot_from_group_metadata,
 )
 from strom.protocol.errors import ErrorCode, StromError
+from strom.supervision import failed
 
 log = logging.getLogger(__name__)
 
@@ -332,9 +333,8 @@ class CoordinatorPartition:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             try:
                 self.tick()
-            except Exception:
-                log.exception("partition %d: group tick failed", self.partition)
-                await asyncio.sleep(0.1)
+            except Exception as exc:  # supervised: backs off, stops the broker if it persists
+                await failed(f"group-timer-{self.partition}", exc)
 
     # ---- writes ---------------------------------------------------------------------------
 

@@ -153,3 +153,23 @@ def test_fetch_sessions_answer_incremental_fetches_with_only_what_changed(
     assert fetch(sid + 1, 1, ()).error_code == ErrorCode.fetch_session_id_not_found
     sessionless = fetch(0, -1, ((0, 0),))
     assert sessionless.session_id == 0 and list(carried(sessionless)) == [0]
+def test_an_empty_topic_name_is_answered_not_a_closed_connection(broker: BrokerProcess) -> None:
+    """Found by the Kafka-listener fuzz test: DeleteRecords and DescribeProducers naming the
+    topic "" failed inside the broker (traceback, connection closed); Kafka answers with the
+    error per partition."""
+    import datetime
+
+    from kio.schema.delete_records.v2 import request as dr_req
+    from kio.schema.delete_records.v2 import response as dr_resp
+    from kio.schema.describe_producers.v0 import request as dp_req
+    from kio.schema.describe_producers.v0 import response as dp_resp
+
+    deleted = _call(broker, 21, 2, dr_req.DeleteRecordsRequest(
+        topics=(dr_req.DeleteRecordsTopic(name="", partitions=(  # type: ignore[arg-type]
+            dr_req.DeleteRecordsPartition(partition_index=0, offset=-1),)),),  # type: ignore[arg-type]
+        timeout=datetime.timedelta(seconds=1)), dr_resp.DeleteRecordsResponse)
+    assert int(deleted.topics[0].partitions[0].error_code) == 17  # INVALID_TOPIC_EXCEPTION
+    described = _call(broker, 61, 0, dp_req.DescribeProducersRequest(topics=(
+        dp_req.TopicRequest(name="", partition_indexes=(0,)),)),  # type: ignore[arg-type]
+        dp_resp.DescribeProducersResponse)
+    assert int(described.topics[0].partitions[0].error_code) == 17

@@ -14,8 +14,8 @@ the logs read back what was acknowledged: ``kfuzz-verify`` (written only by the 
 and nothing that does not decode - no poison batch is ever stored. Destructive APIs (delete,
 alter, reassign, elect) never see the checked topics' names.
 
-Cases per API: ``STROM_KAFKA_FUZZ_CASES`` (default 500: 28 APIs, 14,000 cases plus the
-targeted ones); the count and the time are printed.
+Cases per API: ``STROM_KAFKA_FUZZ_CASES`` (default 500; every API in the listener's table, 32
+today: 16,000 cases plus the targeted ones); the count and the time are printed.
 """
 
 from __future__ import annotations

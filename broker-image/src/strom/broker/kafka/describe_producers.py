@@ -3,7 +3,8 @@ state for, through the core handler the gRPC front uses
 (:func:`strom.broker.producers.handle`).
 
 Supports producer id, epoch, last sequence and last timestamp per producer; per-partition
-errors (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION) with their messages.
+errors (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION for an
+empty name: an answer, never a closed connection) with their messages.
 
 Not as Kafka: no transactions (``coordinator_epoch`` and ``current_txn_start_offset`` are -1).
 """
@@ -14,6 +15,7 @@ from typing import Any
 
 from strom.broker import producers
 from strom.broker.kafka.context import NO_THROTTLE, Context, code
+from strom.protocol.errors import StromError
 from strom.protocol.v1 import broker_pb2, common_pb2
 
 KEY = 61
@@ -24,7 +26,13 @@ async def handle(ctx: Context) -> Any:
     request = broker_pb2.DescribeProducersRequest(partitions=[
         common_pb2.TopicPartition(topic=t.name, partition=p)
         for t in ctx.body.topics for p in t.partition_indexes])
-    answer = await producers.handle(ctx.core, request)
+    try:
+        answer = await producers.handle(ctx.core, request)
+    except StromError as err:  # the request as a whole is refused (e.g. an empty topic name):
+        answer = broker_pb2.DescribeProducersResponse()  # every partition carries the reason
+        for tp in request.partitions:
+            answer.partitions.add(topic=tp.topic, partition=tp.partition,
+                                  error_code=int(err.code), error_message=err.message)
     by_topic: dict[str, list[Any]] = {}
     for r in answer.partitions:
         by_topic.setdefault(r.topic, []).append(ctx.build(

@@ -449,3 +449,19 @@ async def test_a_new_controller_probes_every_broker_at_once() -> None:
         assert not second.image.brokers[1].fenced, "listening: keeps its fresh session"
     finally:
         await second.stop()
+
+
+async def test_a_controller_that_did_not_run_does_not_fence_for_its_own_stall(
+    cluster: Cluster,
+) -> None:
+    await cluster.live(0, 1)
+    await cluster.advance(0.5, heartbeating=(0, 1))
+    # the controller's loop was busy for two sessions: nothing was heard, nothing is proven
+    cluster.clock.now += 2 * SESSION_MS / 1000
+    await cluster.active.run_once()
+    await cluster.advance(0.5)
+    assert not cluster.image.brokers[0].fenced and not cluster.image.brokers[1].fenced
+    # the sessions still run out once the controller runs again and hears nothing
+    await cluster.advance(0.7, heartbeating=(1,))
+    await cluster.until(lambda i: i.brokers[0].fenced, "broker 0 to be fenced")
+    assert not cluster.image.brokers[1].fenced

@@ -194,3 +194,48 @@ def test_replication_factor_larger_than_live_brokers_names_the_numbers() -> None
     assert "replication factor 3" in str(err.value) and "brokers, 2: [0, 1]" in str(err.value)
     with pytest.raises(StromError, match="partitions must be > 0"):
         assign_replicas(0, 1, image.live_brokers())
+
+
+def test_the_delta_names_what_each_command_changed() -> None:
+    image, _ = _cluster()
+    assert image.take_delta().full  # a new image: anything may have changed
+    assert not image.take_delta()
+    image.apply(10, CreateTopic("t", "tid", ((0, 1), (1, 0))))
+    image.apply(11, CreateTopic("u", "uid", ((2,),)))
+    delta = image.take_delta()
+    assert delta.topics == {"t", "u"} and not delta.full and not delta.brokers
+    image.apply(12, ChangePartition("t", 1, leader=0))
+    image.apply(13, CreatePartitions("u", ((0,),)))
+    delta = image.take_delta()
+    assert delta.partitions == {("t", 1), ("u", 1)} and not delta.topics
+    image.apply(14, AlterConfigs("topic", "u", set=(("retention.ms", "5"),)))
+    image.apply(15, AlterConfigs("broker", "", set=(("replication.throttled.rate", "5"),)))
+    delta = image.take_delta()
+    assert delta.topics == {"u"} and delta.broker_configs and not delta.partitions
+    image.apply(16, FenceBroker(2))
+    image.apply(17, DeleteTopic("t"))
+    delta = image.take_delta()
+    assert delta.brokers and delta.topics == {"t"}
+    with pytest.raises(MetadataError):
+        image.apply(18, ChangePartition("u", 0, leader=1))  # 1 is not a replica: no change
+    assert not image.take_delta()
+    assert MetadataImage.from_snapshot(image.to_snapshot()).take_delta().full
+
+
+def test_leaderless_and_reassigning_indexes_follow_the_image() -> None:
+    image, _ = _cluster()
+    image.apply(10, FenceBroker(2))
+    image.apply(11, CreateTopic("t", "tid", ((2,), (0, 1), (2, 0))))
+    assert image.leaderless == {("t", 0)}  # its only replica is fenced
+    image.apply(12, ChangePartition("t", 1, replicas=(0, 1, 2), adding_replicas=(2,)))
+    assert image.reassigning == {("t", 1)}
+    image.apply(13, UnfenceBroker(2, "inc-2"))
+    image.apply(14, ChangePartition("t", 0, leader=2, isr=(2,)))
+    assert image.leaderless == set()
+    image.apply(15, ChangePartition("t", 2, leader=NO_LEADER, isr=(2,)))
+    assert image.leaderless == {("t", 2)}
+    again = MetadataImage.from_snapshot(image.to_snapshot())
+    assert again.leaderless == {("t", 2)} and again.reassigning == {("t", 1)}
+    image.apply(16, ChangePartition("t", 1, replicas=(0, 1, 2), adding_replicas=()))
+    image.apply(17, DeleteTopic("t"))
+    assert image.leaderless == set() and image.reassigning == set()

@@ -83,6 +83,9 @@ class ClusterLink:
         self.caught_up = asyncio.Event()
         self.unfenced = asyncio.Event()
         self._on_image = on_image
+        self.published_offset: Callable[[], int] | None = None
+        """Once set (by the broker, when its metadata publisher starts), how far the broker has
+        acted on the image: proposals wait for it as well and heartbeats report it."""
         self._applied_event = asyncio.Event()
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -129,6 +132,17 @@ class ClusterLink:
     @property
     def image(self) -> MetadataImage:
         return self.driver.image
+
+    @property
+    def applied_offset(self) -> int:
+        """The metadata offset this broker has applied and acted on (published)."""
+        offset = self.image.offset
+        return offset if self.published_offset is None else min(offset, self.published_offset())
+
+    def notify_published(self) -> None:
+        """The publisher advanced: wake whoever waits in :meth:`wait_applied`."""
+        event, self._applied_event = self._applied_event, asyncio.Event()
+        event.set()
 
     @property
     def controller_id(self) -> int:
@@ -212,15 +226,16 @@ class ClusterLink:
         return index
 
     async def wait_applied(self, offset: int, timeout_s: float = PROPOSE_TIMEOUT_S) -> None:
-        """Until this broker's image includes ``offset`` (or the timeout passes)."""
+        """Until this broker's image includes ``offset`` and the broker acted on it (or the
+        timeout passes)."""
         deadline = time.monotonic() + timeout_s
-        while self.image.offset < offset and not self._stopping:
+        while self.applied_offset < offset and not self._stopping:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise StromError(ErrorCode.REQUEST_TIMED_OUT,
                                  f"metadata offset {offset} was committed but this broker has not "
                                  f"applied it within {timeout_s:.1f}s (it is at "
-                                 f"{self.image.offset})")
+                                 f"{self.applied_offset})")
             event = self._applied_event
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), left)
@@ -323,7 +338,7 @@ class ClusterLink:
 
     async def heartbeat_once(self, want_shutdown: bool = False) -> Any:
         """One heartbeat; the controller's answer (fenced, shutdown_ready) or raises."""
-        offset = self.image.offset
+        offset = self.applied_offset
         if self.active is not None and self.driver.node.is_leader:
             return await self.active.heartbeat(self.broker_id, self.incarnation_id,
                                                self.broker_epoch, offset, want_shutdown)

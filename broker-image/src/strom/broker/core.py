@@ -166,6 +166,8 @@ class BrokerCore:
         await self.link.start()
         if self.link.fresh and self.link.solo:
             await self._adopt_orphans()
+        self.publisher.on_progress = self.link.notify_published
+        self.link.published_offset = lambda: self.publisher.offset
         self.publisher.ready(self.link.image)
         self.link.on_registered = self.report_offline_dirs
         self.report_offline_dirs()
@@ -206,6 +208,7 @@ class BrokerCore:
             return
         self._stopped = True
         await self.groups.stop()
+        await self.publisher.stop()
         self.replicas.waiters.close()
         await self.replicas.stop()
         await self.link.stop()

@@ -13,7 +13,8 @@ timers, the in-memory broker sessions and the proposals):
   gives every unfenced broker a fresh session, so a new controller does not fence everyone.
 - Heartbeats (``heartbeat``, not logged in Raft) refresh a broker's session; a fenced broker
   whose heartbeat shows it has applied the metadata log up to its own registration is unfenced.
-- An unfenced broker without a heartbeat for ``session_timeout_ms`` is fenced, with its
+- An unfenced broker without a heartbeat for ``session_timeout_ms`` is fenced (time the
+  controller itself did not run, when half a session or longer, does not count), with its
   leaderships moved and its ISR memberships dropped, in one ``Batch``; so is one whose heartbeat
   is ``probe_after_ms`` late and whose port refuses connections (``liveness``: the process is
   gone, so waiting out the session would only prolong the outage).
@@ -136,6 +137,8 @@ class ActiveController:
         self._shutting_down: dict[int, str] = {}
         """Broker id -> incarnation of brokers in controlled shutdown."""
         self._last_rebalance = 0.0
+        self._last_tick = 0.0
+        """clock() of the last tick while active (0 before the first)."""
         self._tick_lock = asyncio.Lock()
         self._stopping = False
 
@@ -253,6 +256,7 @@ class ActiveController:
             return
         if self._term != node.term:
             self._term, self._ready, self._ready_index = node.term, False, node.last_index
+            self._last_tick = 0.0
             self._sessions.clear()
             self._shutting_down.clear()
             self._cancel_probes()
@@ -261,6 +265,7 @@ class ActiveController:
                 return
             await self._become_active()
         now = self._clock()
+        self._forgive_stall(now)
         await self._fence_expired(now)
         await self._controlled_shutdowns()
         await self._elections(now)
@@ -284,6 +289,21 @@ class ActiveController:
             self._term,
             self._driver.image.offset,
         )
+
+    def _forgive_stall(self, now: float) -> None:
+        """If this controller itself did not run for half a session (its event loop was busy,
+        e.g. applying a huge metadata change, or the process was paused), the heartbeats it
+        did not hear prove nothing about the brokers: their sessions are extended by the
+        stall, so a busy controller never fences brokers (itself included) for its own
+        deafness. Heartbeats queued meanwhile arrive on the next turns of the loop."""
+        last, self._last_tick = self._last_tick, now
+        stalled = now - last - self._settings.tick_ms / 1000
+        if not last or stalled <= self._settings.session_timeout_ms / 2000:
+            return
+        for broker_id in self._sessions:
+            self._sessions[broker_id] += stalled
+        log.warning("the controller did not run for %d ms; broker sessions are extended by as "
+                    "much (missing heartbeats prove nothing meanwhile)", int(stalled * 1000))
 
     async def _fence_expired(self, now: float) -> None:
         timeout_s = self._settings.session_timeout_ms / 1000

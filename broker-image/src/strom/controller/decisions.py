@@ -158,10 +158,17 @@ def reassignment_cancel(image: MetadataImage, topic: str, partition: int) -> Cha
     return _replica_change(topic, partition, p, original, isr, leader)
 
 
+def _indexed(image: MetadataImage,
+             keys: set[tuple[str, int]]) -> Iterator[tuple[str, int, PartitionState]]:
+    """The partitions named in one of the image's indexes, in topic and partition order."""
+    for name, index in sorted(keys):
+        yield name, index, image.topics[name].partitions[index]
+
+
 def reassignment_completions(image: MetadataImage) -> list[ChangePartition]:
     """Finish every reassignment whose added replicas have all joined the ISR."""
     out: list[ChangePartition] = []
-    for name, index, p in _partitions(image):
+    for name, index, p in _indexed(image, image.reassigning):
         if not _in_flight(p) or not set(p.adding_replicas) <= set(p.isr):
             continue
         target = [r for r in p.replicas if r not in p.removing_replicas]
@@ -246,7 +253,7 @@ def leaderless_elections(
     """Elect a leader for every partition without one: the first live in-sync replica, else
     (when the topic allows it) the first live replica."""
     out: list[ChangePartition] = []
-    for name, index, p in _partitions(image):
+    for name, index, p in _indexed(image, image.leaderless):
         if p.leader != NO_LEADER:
             continue
         leader = _first_live_in_isr(image, p.replicas, p.isr, p.offline_replicas)
@@ -321,7 +328,7 @@ def offline_replica_changes(image: MetadataImage) -> list[ChangePartition]:
     holds and answers writes KAFKA_STORAGE_ERROR - and stays in the ISR, so no data is given
     up; a follower that catches up from it is then elected here."""
     out: list[ChangePartition] = []
-    for name, index, p in _partitions(image):
+    for name, index, p in _indexed(image, image.with_offline_replicas):
         offline = set(p.offline_replicas) & set(p.isr)
         if not offline:
             continue

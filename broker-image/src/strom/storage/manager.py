@@ -55,6 +55,9 @@ class LogManager:
         self._clock = clock
         self.producer_id_expiration_ms = producer_id_expiration_ms  # producer.id.expiration.ms
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._dir_counts: dict[Path, int] | None = None
+        """Logs per directory for placing new ones (None: count again). Kept while logs are
+        created: counting every log for each new one made creating N partitions O(N^2)."""
         self._deleted = 0
         self.offline_dirs: dict[Path, str] = {}
         """Log directories that failed I/O, with the reason; their logs take no writes."""
@@ -90,6 +93,7 @@ class LogManager:
             plog.take_offline(self.offline_dirs[directory])
         elif plog.offline is not None:  # it could not even be opened for writing
             self._logs[(plog.topic, plog.partition)] = plog
+            self._dir_counts = None
             self.io_error(plog, OSError(plog.offline))
         return plog
 
@@ -114,6 +118,7 @@ class LogManager:
                     continue
                 found.append((path, *parsed))
         started = last_report = time.monotonic()
+        self._dir_counts = None
         for done, (path, topic, partition) in enumerate(found, start=1):
             config = (topic_configs or {}).get(topic, self.default_config)
             self._logs[(topic, partition)] = self._adopt(PartitionLog.open(
@@ -131,11 +136,13 @@ class LogManager:
         if existing is not None:
             existing.update_config(config)
             return existing
-        counts = dict.fromkeys(self.log_dirs, 0)
-        for plog in self._logs.values():
-            parent = plog.directory.parent
-            if parent in counts:
-                counts[parent] += 1
+        counts = self._dir_counts
+        if counts is None:
+            counts = self._dir_counts = dict.fromkeys(self.log_dirs, 0)
+            for plog in self._logs.values():
+                parent = plog.directory.parent
+                if parent in counts:
+                    counts[parent] += 1
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
         if not online:
             failed = "; ".join(f"{d}: {r}" for d, r in self.offline_dirs.items())
@@ -151,6 +158,7 @@ class LogManager:
             raise StromError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"cannot create {topic}-{partition} in {log_dir}: {exc}") from None
         self._logs[(topic, partition)] = plog
+        counts[log_dir] += 1
         return self._adopt(plog)
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
@@ -162,11 +170,13 @@ class LogManager:
     def forget(self, topic: str, partition: int) -> None:
         """Close a log and stop managing it, leaving its files where they are."""
         plog = self._logs.pop((topic, partition), None)
+        self._dir_counts = None
         if plog is not None:
             plog.close()
 
     def delete_partition(self, topic: str, partition: int) -> None:
         plog = self._logs.pop((topic, partition), None)
+        self._dir_counts = None
         if plog is None:
             raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"no log for {topic}-{partition} on this broker")
@@ -199,3 +209,4 @@ class LogManager:
             except Exception:
                 log.exception("closing %s-%d failed", *key)
         self._logs.clear()
+        self._dir_counts = None

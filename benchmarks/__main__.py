@@ -151,12 +151,14 @@ def run_strom_partitions(params: dict[str, int | float], results: list[Result]) 
 
 def run_partition_scale(params: dict[str, Any], results: list[Result]) -> None:
     """Partition scale (issue 21, ``benchmarks/partition_scale.py``): per N on a fresh broker,
-    topic creation, keyed produce, consume and the broker's open files (ratios to the first N);
+    topic creation (wall, broker CPU, in 100 requests), the cost of one more metadata change,
+    idle CPU, keyed produce, consume, the broker's open files and a clean restart (ratios to
+    the first N);
     a PNG beside the JSON when matplotlib happens to be installed."""
     from benchmarks import partition_scale as ps
 
     points = ps.measure([int(c) for c in params["scale_counts"]], int(params["scale_records"]),
-                        _progress)
+                        _progress, float(params.get("scale_idle_seconds", 5.0)))
     base = f"strom ({points[0].partitions} partitions)"
     for p in points:
         name = f"strom ({p.partitions} partitions)"
@@ -170,6 +172,20 @@ def run_partition_scale(params: dict[str, Any], results: list[Result]) -> None:
         results.append(Result(name, "partition scale", "fds after produce",
                               p.fds_after_produce, "files", higher_is_better=False,
                               peers=peers, extra={"fds_idle": p.fds_idle}))
+        results.append(Result(name, "partition scale", "create CPU per partition",
+                              p.create_cpu_s / p.partitions * 1000, "ms",
+                              higher_is_better=False, peers=peers,
+                              extra={"create_cpu_s": p.create_cpu_s}))
+        results.append(Result(name, "partition scale", "one more metadata change", p.change_ms,
+                              "ms", higher_is_better=False, peers=peers))
+        results.append(Result(name, "partition scale", "idle CPU", p.idle_cpu_pct, "%",
+                              higher_is_better=False, peers=peers))
+        if p.create_100_s is not None:
+            results.append(Result(name, "partition scale", "create in 100 requests",
+                                  p.create_100_s, "s", higher_is_better=False))
+        if p.restart_s is not None:
+            results.append(Result(name, "partition scale", "clean restart to first write",
+                                  p.restart_s, "s", higher_is_better=False, peers=peers))
     print(ps.format_points(points), file=sys.stderr)
     png = RESULTS_DIR / "partition-scale.png"
     if ps.plot(points, png):
@@ -489,7 +505,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
               "latency_seconds": 2, "big_log_bytes": 20_000_000,
               "partition_counts": (1, 100, 1000), "records_partitions": 5_000,
-              "scale_counts": (10, 100), "scale_records": 5_000,
+              "scale_counts": (10, 100), "scale_records": 5_000, "scale_idle_seconds": 1.0,
               "records_replicated": 5_000, "records_replicated_1k": 5_000,
               "failovers": 1, "failover_faults": ("kill",), "repeats": 1,
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2,

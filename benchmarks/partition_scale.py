@@ -1,10 +1,15 @@
 """Partition scale (issue 21): what one broker and Strom's own client cost as partitions grow.
 
-For each N (10, 100, 1,000 by default) on one fresh broker (RF 1, acks=1): the time to create a
-topic of N partitions, keyed produce of 100 B records spread over all N with a default
-``Producer`` (what a new user writes), catch-up consume of them, and the broker's open file
-handles idle and after the produce (``/proc/PID/fd``). Keyed produce is the case that used to
-collapse: the sender scanned every partition on each wake-up.
+For each N (10, 100, 1,000 by default; 10,000 with ``--counts``) on one fresh broker (RF 1,
+acks=1): the time to create a topic of N partitions in one request (wall and the broker's CPU
+seconds), the cost of one more metadata change with N partitions hosted (median wall time of
+creating a one-partition topic, 5 times), the broker's idle CPU with N partitions (over 5 s),
+keyed produce of 100 B records spread over all N with a default ``Producer`` (what a new user
+writes), catch-up consume of them, the broker's open file handles idle and after the produce
+(``/proc/PID/fd``), and the time from a clean restart (SIGTERM, start) to the first
+acknowledged write. From 1,000 partitions on, a second fresh broker creates N partitions in 100
+requests (100 topics). Keyed produce is the case that used to collapse: the sender scanned every
+partition on each wake-up; creation was quadratic and fenced the broker (issue 21).
 
 Run alone: ``uv run --all-packages python -m benchmarks.partition_scale [--records N]
 [--counts 10,100,1000] [--png PATH]``; ``python -m benchmarks --only partition-scale`` runs it as
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,10 +38,70 @@ class ScalePoint:
     consume_rps: float
     fds_idle: int
     fds_after_produce: int
+    create_cpu_s: float = 0.0
+    """The broker's CPU seconds (user + system) while it created the N partitions."""
+    change_ms: float = 0.0
+    """Median wall time of one more metadata change (a one-partition topic) with N hosted."""
+    idle_cpu_pct: float = 0.0
+    create_100_s: float | None = None
+    """N partitions created in 100 requests on another fresh broker (N >= 1,000 only)."""
+    restart_s: float | None = None
+    """Clean restart (SIGTERM, start) to the first acknowledged write, with N partitions."""
 
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu_pct(pid: int, seconds: float = 5.0) -> float:
+    before = cpu_seconds(pid)
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - before) / seconds * 100
+
+
+def change_cost_ms(bootstrap: str, runs: int = 5) -> float:
+    """Median wall ms of creating a one-partition topic (one metadata change)."""
+    admin = Admin(bootstrap, request_timeout_ms=120_000)
+    try:
+        times = []
+        for i in range(runs):
+            start = time.perf_counter()
+            admin.create_topic(f"change-{i}", partitions=1, replication_factor=1)
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times)
+    finally:
+        admin.close()
+
+
+def create_in_requests(bootstrap: str, partitions: int, requests: int = 100) -> float:
+    """Seconds to create ``partitions`` as ``requests`` topics, one request each."""
+    admin = Admin(bootstrap, request_timeout_ms=300_000)
+    try:
+        start = time.perf_counter()
+        for i in range(requests):
+            admin.create_topic(f"batch-{i}", partitions=partitions // requests,
+                               replication_factor=1)
+        return time.perf_counter() - start
+    finally:
+        admin.close()
+
+
+def first_write_s(bootstrap: str, topic: str, timeout_s: float = 120.0) -> float:
+    """Seconds until one record written to ``topic`` is acknowledged."""
+    start = time.perf_counter()
+    producer = Producer(bootstrap, acks=1, delivery_timeout_ms=int(timeout_s * 1000))
+    try:
+        producer.send(topic, b"x", partition=0).result(timeout_s)
+        return time.perf_counter() - start
+    finally:
+        producer.close()
 
 
 def produce_keyed(bootstrap: str, topic: str, records: int, value_size: int = 100,
@@ -69,7 +135,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> float:
         admin.close()
 
 
-def measure(counts: list[int], records: int, progress: object = print) -> list[ScalePoint]:
+def measure(counts: list[int], records: int, progress: object = print,
+            idle_seconds: float = 5.0) -> list[ScalePoint]:
     from strom.testing import running_broker
 
     say = progress if callable(progress) else print
@@ -78,28 +145,50 @@ def measure(counts: list[int], records: int, progress: object = print) -> list[S
         with tempfile.TemporaryDirectory(prefix="strom-bench-scale-") as tmp, \
                 running_broker(Path(tmp)) as broker:
             bs = broker.bootstrap
+            say(f"partition scale: creating {n:,} partitions in one request")
+            cpu = cpu_seconds(broker.pid)
             create_s = create_topic(bs, "scale", n)
+            create_cpu = cpu_seconds(broker.pid) - cpu
             time.sleep(0.5)  # let every partition's log open
+            change = change_cost_ms(bs)
+            idle_cpu = idle_cpu_pct(broker.pid, idle_seconds)
             idle = open_fds(broker.pid)
             say(f"partition scale: keyed produce of {records:,} x 100 B over {n:,} partitions")
             p = produce_keyed(bs, "scale", records)
             after = open_fds(broker.pid)
             c = sw.consume_all(bs, "scale", n, records, 100)
-            points.append(ScalePoint(n, create_s, p.records_per_s, c.records_per_s, idle, after))
-            say(f"partition scale: {points[-1]}")
+            say(f"partition scale: clean restart with {n:,} partitions")
+            broker.terminate()
+            started = time.perf_counter()
+            broker.start(wait=False)
+            restart = time.perf_counter() - started + first_write_s(bs, "scale")
+            point = ScalePoint(n, create_s, p.records_per_s, c.records_per_s, idle, after,
+                               create_cpu, change, idle_cpu, restart_s=restart)
+        if n >= 1000:
+            with tempfile.TemporaryDirectory(prefix="strom-bench-scale-") as tmp, \
+                    running_broker(Path(tmp)) as broker:
+                say(f"partition scale: creating {n:,} partitions in 100 requests")
+                point.create_100_s = create_in_requests(broker.bootstrap, n)
+        points.append(point)
+        say(f"partition scale: {point}")
     return points
 
 
 def format_points(points: list[ScalePoint]) -> str:
     base = points[0]
-    lines = ["| partitions | create s | keyed produce rec/s | x first | consume rec/s | x first "
-             "| fds idle / after produce |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| partitions | create s (broker CPU s, ms CPU/partition) | in 100 requests s "
+             "| one more change ms | idle CPU | keyed produce rec/s | x first | consume rec/s "
+             "| x first | fds idle / after produce | clean restart -> write s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
-        lines.append(f"| {p.partitions:,} | {p.create_s:.2f} | {p.produce_rps:,.0f} | "
+        batched = "-" if p.create_100_s is None else f"{p.create_100_s:.2f}"
+        restart = "-" if p.restart_s is None else f"{p.restart_s:.1f}"
+        lines.append(f"| {p.partitions:,} | {p.create_s:.2f} ({p.create_cpu_s:.2f}, "
+                     f"{p.create_cpu_s / p.partitions * 1000:.2f}) | {batched} | "
+                     f"{p.change_ms:.0f} | {p.idle_cpu_pct:.1f}% | {p.produce_rps:,.0f} | "
                      f"{p.produce_rps / base.produce_rps:.2f} | {p.consume_rps:,.0f} | "
                      f"{p.consume_rps / base.consume_rps:.2f} | {p.fds_idle} / "
-                     f"{p.fds_after_produce} |")
+                     f"{p.fds_after_produce} | {restart} |")
     return "\n".join(lines)
 
 

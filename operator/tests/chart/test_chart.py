@@ -758,7 +758,10 @@ def test_documented_kubernetes_sd_config_matches_the_pods(chart):
         keep = job["relabel_configs"][0]
         assert keep["source_labels"] == ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"]
         targets = {r.get("target_label") for r in job["relabel_configs"]}
-        assert {"namespace", "pod", "container", "__metrics_path__"} <= targets
+        assert {"namespace", "pod", "container", "__metrics_path__", "__address__"} <= targets
+        for rule in job["relabel_configs"]:
+            # Prometheus' regexes are RE2: no backreferences (a `\1` fails the whole config).
+            assert not re.search(r"\\[1-9]", str(rule.get("regex", ""))), rule
 
 
 def test_chart_metadata(chart):

@@ -106,6 +106,10 @@ def test_log_dir_failure_is_per_partition_offline_and_truthful(tmp_path: Path) -
                                metrics_port=broker.metrics_port)
         broker.start()
         client = Client(broker)
+        # Reported to the controller before the broker was unfenced (it was ready).
+        described = client.admin.DescribeCluster(admin_pb2.DescribeClusterRequest(), timeout=10)
+        [me] = described.brokers
+        assert [d.split(":")[0] for d in me.offline_log_dirs] == [str(bad)], described
         for p in range(PARTITIONS):
             assert client.read(p) == acked[p]
         answers = client.produce({p: [b"full"] for p in range(PARTITIONS)})

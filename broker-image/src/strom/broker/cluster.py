@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,8 @@ class ClusterLink:
         )
         self.on_registered: Callable[[], None] | None = None
         """Called after this broker registered again (a new broker epoch)."""
+        self.before_heartbeats: Callable[[], Awaitable[None]] | None = None
+        """Awaited at start between catching up and the first heartbeat (which unfences)."""
         self.active: ActiveController | None = None
         if config.is_controller and self.is_voter:
             unclean = config.get("unclean.leader.election.enable")
@@ -159,6 +161,8 @@ class ClusterLink:
         await self._register(timeout_s)
         await self._wait_caught_up(timeout_s)
         self._check_cluster_id()
+        if self.before_heartbeats is not None:
+            await self.before_heartbeats()
         self._tasks.append(spawn("broker-heartbeats", self._heartbeats, restartable=True))
 
     async def wait_unfenced(self, timeout_s: float) -> bool:

@@ -42,6 +42,7 @@ from strom.supervision import spawn
 log = logging.getLogger(__name__)
 
 UNFENCE_TIMEOUT_S = 30.0
+REPORT_BEFORE_UNFENCE_S = 10.0
 
 
 @dataclass
@@ -124,6 +125,18 @@ class BrokerCore:
         if self.logs.offline_dirs and not self._stopped:
             spawn("report-offline-log-dirs", self._report_offline_dirs, restartable=True)
 
+    async def _report_before_unfencing(self) -> None:
+        """Directories that failed while loading are reported before the first heartbeat, so
+        the controller never unfences this broker with replicas it believes online there (the
+        registration of a Kafka broker carries its online directories for the same reason).
+        Bounded: what does not commit in time goes on in the background."""
+        if self.logs.offline_dirs:
+            try:
+                await asyncio.wait_for(self._report_offline_dirs(), REPORT_BEFORE_UNFENCE_S)
+            except TimeoutError:
+                log.warning("offline log directories not yet reported after %.0fs; retrying in "
+                            "the background", REPORT_BEFORE_UNFENCE_S)
+
     async def _report_offline_dirs(self) -> None:
         delay = 0.1
         while not self._stopped:
@@ -163,6 +176,7 @@ class BrokerCore:
     async def start(self) -> None:
         """Join the cluster: replay the metadata log, register, catch up, publish, get unfenced."""
         await self.replicas.start()
+        self.link.before_heartbeats = self._report_before_unfencing
         await self.link.start()
         if self.link.fresh and self.link.solo:
             await self._adopt_orphans()

@@ -62,7 +62,8 @@ class LogManager:
         self.offline_dirs: dict[Path, str] = {}
         """Log directories that failed I/O, with the reason; their logs take no writes."""
         self.on_dir_offline: Callable[[Path, str], None] | None = None
-        """Told once per directory that goes offline (the broker moves leadership away)."""
+        """Told once per directory that goes offline (the broker reports it to the controller,
+        which moves the leadership of its replicas there)."""
 
     # ---- log directory failure (Kafka's LogDirFailureChannel) ----------------------------
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.status import to_grpc_status
 from strom.ratelimit import RateLimitedLog
+from strom.transport.status import to_grpc_status
 
 __all__ = ["Malformed", "RequestGuard"]
 

@@ -20,11 +20,11 @@ import pytest
 
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches, encode_batch
-from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 from strom.storage.checkpoint import CLEAN_SHUTDOWN
 from strom.testing import BrokerProcess, BrokerStartError, free_port, running_broker
 from strom.testing.grpc_reads import fetch_all
+from strom.transport.status import from_rpc_error
 
 pytestmark = pytest.mark.integration
 

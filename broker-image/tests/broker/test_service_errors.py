@@ -11,7 +11,7 @@ from google.rpc import status_pb2
 from strom.broker.core import BrokerCore
 from strom.broker.service import call
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.status import from_status_proto
+from strom.transport.status import from_status_proto
 
 
 class Aborted(Exception):

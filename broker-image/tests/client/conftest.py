@@ -25,7 +25,6 @@ from strom.groups import membership as gm
 from strom.protocol.batch import parse_header, patch_offsets, validate_batches
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches
-from strom.protocol.status import to_grpc_status
 from strom.protocol.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -35,6 +34,7 @@ from strom.protocol.v1 import (
     group_pb2,
     group_pb2_grpc,
 )
+from strom.transport.status import to_grpc_status
 
 
 @dataclass

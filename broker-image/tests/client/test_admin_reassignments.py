@@ -16,7 +16,6 @@ import pytest
 
 from strom.client import Admin, ErrorCode, StromError
 from strom.client.models import PartitionReassignment
-from strom.protocol.status import to_grpc_status
 from strom.protocol.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -24,6 +23,7 @@ from strom.protocol.v1 import (
     broker_pb2_grpc,
     common_pb2,
 )
+from strom.transport.status import to_grpc_status
 
 
 @dataclass

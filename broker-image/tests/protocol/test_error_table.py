@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode as KafkaErrorCode
 from strom.cli.main import UNREACHABLE
 from strom.client import commits, group_member, sender
 from strom.protocol.errors import ERROR_TABLE, ErrorCode, Handling, codes_with
-from strom.protocol.status import grpc_code_for
+from strom.transport.status import grpc_code_for
 
 #: Where Strom's retry class differs from Kafka's, and why.
 DEPARTURES = {

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from strom.client.produce_request import encode_produce_request
 from strom.protocol.produce_wire import decode_request
-from strom.protocol.services import add_service
 from strom.protocol.v1 import broker_pb2
+from strom.transport.services import add_service
 
 _partitions = st.lists(st.tuples(st.text(max_size=12), st.integers(0, 2**31 - 1),
                                  st.binary(max_size=200)), max_size=5)

@@ -6,7 +6,7 @@ import grpc
 from grpc_status import rpc_status
 
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.status import from_status_proto, grpc_code_for, to_grpc_status
+from strom.transport.status import from_status_proto, grpc_code_for, to_grpc_status
 
 
 def test_error_round_trips_through_status_details() -> None:
@@ -38,8 +38,8 @@ async def test_codes_are_read_from_sync_and_aio_errors() -> None:
     """grpc.aio shapes trailers differently from the sync API; both must yield the Kafka code."""
     import asyncio
 
-    from strom.protocol.status import from_rpc_error
     from strom.protocol.v1 import broker_pb2, broker_pb2_grpc
+    from strom.transport.status import from_rpc_error
 
     class Failing(broker_pb2_grpc.BrokerServicer):
         async def Metadata(self, request: object, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]

@@ -19,7 +19,6 @@ import grpc
 
 from strom.protocol import replica_fetch
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.status import to_grpc_status
 from strom.protocol.v1 import replica_pb2
 from strom.replication.manager import ReplicaManager
 from strom.replication.settings import ReplicationSettings
@@ -28,6 +27,8 @@ from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
 from strom.storage.manager import LogManager
 from strom.testing import free_port
+from strom.transport import replica_rpc
+from strom.transport.status import to_grpc_status
 
 FAST = {"replica_lag_time_max_ms": 600, "fetch_wait_max_ms": 100, "isr_check_interval_ms": 100,
         "fetch_backoff_ms": 20, "fetch_backoff_max_ms": 200}
@@ -118,7 +119,7 @@ class Cluster:
         node.manager = ReplicaManager(node.settings, node.logs, self.alter_isr_for(broker_id),
                                       self.address)
         node.server = grpc.aio.server()
-        replica_fetch.add_to_server(node.server, _Servicer(node.manager))
+        replica_rpc.add_to_server(node.server, _Servicer(node.manager))
         node.server.add_insecure_port(f"127.0.0.1:{node.port}")
         await node.server.start()
         await node.manager.start()

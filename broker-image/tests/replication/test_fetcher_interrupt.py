@@ -16,6 +16,7 @@ from strom.protocol.v1 import replica_pb2
 from strom.replication.fetcher import FetchPosition, ReplicaFetcher
 from strom.replication.settings import ReplicationSettings
 from strom.testing import free_port
+from strom.transport import replica_rpc
 
 
 class _Target:
@@ -46,7 +47,7 @@ async def test_adding_a_partition_interrupts_the_long_poll_without_a_failure() -
             for p in request.partitions]
 
     server = grpc.aio.server()
-    replica_fetch.add_to_server(server, SimpleNamespace(ReplicaFetch=long_poll))
+    replica_rpc.add_to_server(server, SimpleNamespace(ReplicaFetch=long_poll))
     port = free_port()
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()

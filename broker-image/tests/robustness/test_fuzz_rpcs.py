@@ -36,7 +36,6 @@ from hypothesis import strategies as st
 
 from strom.protocol.batch import iter_headers
 from strom.protocol.records import encode_batch
-from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -47,6 +46,7 @@ from strom.protocol.v1 import (
 )
 from strom.testing import BrokerProcess
 from strom.testing.grpc_reads import fetch_all
+from strom.transport.status import from_rpc_error
 
 from .grpc_methods import METHODS
 

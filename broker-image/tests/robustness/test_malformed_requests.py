@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from strom.protocol.errors import ErrorCode
-from strom.protocol.status import from_rpc_error
 from strom.testing import running_broker
+from strom.transport.status import from_rpc_error
 
 from .grpc_methods import METHODS
 

@@ -2,7 +2,7 @@
 call shares.
 
 Each service is a table (method name -> the handler of its module, e.g. ``"Produce":
-produce.handle``) handed to :func:`strom.protocol.services.add_service`, so adding an RPC is one
+produce.handle``) handed to :func:`strom.transport.services.add_service`, so adding an RPC is one
 line and a method without a handler fails at start, not at the first call.
 
 Every call goes through :func:`call`, which counts it (requests, in-flight, duration, peers),
@@ -40,9 +40,9 @@ from strom.broker.core import BrokerCore
 from strom.broker.listeners import GRPC_LISTENER
 from strom.broker.producer_ids import handle_init_producer_id
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.services import Method
-from strom.protocol.status import to_grpc_status
 from strom.ratelimit import RateLimitedLog
+from strom.transport.services import Method
+from strom.transport.status import to_grpc_status
 
 log = logging.getLogger(__name__)
 _unexpected = RateLimitedLog(log)

@@ -2,19 +2,16 @@
 
 The messages are the ones in ``replica.proto``; only the response's record bytes skip protobuf
 (:mod:`strom.protocol.wire`): the leader joins them into the response once, the follower appends
-views of the received bytes. Both ends use :func:`add_to_server` / :func:`fetch_method` instead
-of the generated servicer and stub, which would copy every replicated byte three more times.
+views of the received bytes. Both ends register these codecs with gRPC
+(``strom.transport.replica_rpc``) instead of the generated servicer and stub, which would copy
+every replicated byte three more times.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
-
-import grpc
 
 from strom.protocol import wire
-from strom.protocol.services import add_service
 from strom.protocol.v1 import replica_pb2
 
 SERVICE = "strom.v1.Replica"
@@ -25,8 +22,6 @@ _RECORDS = 8  # ReplicaFetchPartitionResponse.records
 PartitionAnswer = replica_pb2.ReplicaFetchPartitionResponse
 Answer = tuple[PartitionAnswer, wire.Buffer]
 """One partition's answer without its records (``records`` unset), beside the records."""
-
-Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def encode_response(answers: Sequence[Answer]) -> bytes:
@@ -39,23 +34,3 @@ def decode_response(data: bytes) -> list[tuple[PartitionAnswer, memoryview]]:
     _, answers = wire.decode(data, replica_pb2.ReplicaFetchResponse, _PARTITIONS,
                              replica_pb2.ReplicaFetchPartitionResponse, _RECORDS)
     return answers
-
-
-class ReplicaServicer(Protocol):
-    async def ReplicaFetch(self, request: replica_pb2.ReplicaFetchRequest, context: Context
-                           ) -> Sequence[Answer]: ...
-
-
-def add_to_server(server: grpc.aio.Server, servicer: ReplicaServicer) -> None:
-    """Serve ``strom.v1.Replica`` with ``servicer``'s ReplicaFetch (answers framed by hand)."""
-    add_service(server, replica_pb2.DESCRIPTOR.services_by_name["Replica"],
-                {"ReplicaFetch": servicer.ReplicaFetch},
-                serializers={"ReplicaFetch": encode_response})
-
-
-def fetch_method(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable[
-        replica_pb2.ReplicaFetchRequest, list[tuple[PartitionAnswer, memoryview]]]:
-    """The follower's ReplicaFetch call on ``channel``."""
-    return channel.unary_unary(
-        METHOD, request_serializer=replica_pb2.ReplicaFetchRequest.SerializeToString,
-        response_deserializer=decode_response)

@@ -27,14 +27,14 @@ from typing import Protocol
 
 import grpc
 
-from strom.protocol import replica_fetch
 from strom.protocol.errors import StromError
 from strom.protocol.replica_fetch import PartitionAnswer
-from strom.protocol.status import from_rpc_error
 from strom.protocol.v1 import replica_pb2
 from strom.replication.settings import ReplicationSettings
 from strom.replication.state import BrokerAddress
 from strom.supervision import failed, spawn
+from strom.transport import replica_rpc
+from strom.transport.status import from_rpc_error
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ class ReplicaFetcher:
                 ("grpc.min_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", self._settings.fetch_backoff_max_ms),
             ])
-            self._fetch = replica_fetch.fetch_method(self._channel)
+            self._fetch = replica_rpc.fetch_method(self._channel)
             self._address = address
         return self._fetch
 

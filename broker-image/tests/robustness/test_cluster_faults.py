@@ -59,6 +59,7 @@ def test_offline_log_dir_moves_leadership_and_loses_nothing(tmp_path: Path) -> N
         assert all(b.is_ready() for b in cluster.brokers.values())
         # The cluster metadata knows, whichever broker is asked (here broker 1, not broker 0).
         assert list(cluster.partition("t", 0, via=1).offline_replicas) == [0]
+        assert _kafka_offline_replicas(cluster.brokers[1].kafka_port, "t") == [0]
         with Admin(cluster.brokers[1].bootstrap) as admin:
             described = admin.describe_cluster()
             [topic] = admin.describe_topics(["t"])
@@ -76,6 +77,22 @@ def test_offline_log_dir_moves_leadership_and_loses_nothing(tmp_path: Path) -> N
         assert first == 0 and "is in an offline log directory" in logs
     finally:
         cluster.stop()
+
+
+def _kafka_offline_replicas(port: int, topic: str) -> list[int]:
+    """Partition 0's offline replicas in a Kafka-protocol Metadata answer (what Kafka clients
+    and tools see)."""
+    from kio.schema.metadata.v12 import request as req
+    from kio.schema.metadata.v12 import response as resp
+
+    from ..kafka.conftest import kafka_call
+
+    body = req.MetadataRequest(topics=(req.MetadataRequestTopic(topic_id=None, name=topic),),  # type: ignore[arg-type]
+                               allow_auto_topic_creation=False,
+                               include_topic_authorized_operations=False)
+    answer = kafka_call(port, 3, 12, body, resp.MetadataResponse)
+    [part] = [p for t in answer.topics for p in t.partitions if p.partition_index == 0]
+    return [int(r) for r in part.offline_replicas]
 
 
 def _read(cluster: Cluster, topic: str, want: int) -> list[Record]:

@@ -10,10 +10,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from strom.client import Admin, Consumer, Producer
 from strom.client.models import TopicPartition
 from strom.protocol.records import Record
 from strom.testing import running_broker
+
+pytestmark = pytest.mark.integration
 
 
 def test_two_consumers_share_a_topic_commit_and_the_group_is_deleted(tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ from strom.protocol.v1 import common_pb2, group_pb2, group_pb2_grpc
 from strom.testing import running_cluster
 from strom.testing.cluster import Cluster
 
+pytestmark = pytest.mark.integration
+
 RETRY = {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
          ErrorCode.NOT_COORDINATOR}
 T = TypeVar("T")

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from strom.client import Consumer, Producer, TopicPartition
 from strom.testing import running_cluster
+
+pytestmark = pytest.mark.integration
 
 N = 200
 

@@ -9,7 +9,7 @@ import pytest
 
 from strom.testing import ClusterTimeout, running_cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
 def test_three_brokers_form_a_cluster_and_fail_over(tmp_path: Path) -> None:

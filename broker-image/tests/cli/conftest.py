@@ -9,11 +9,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from strom.testing import BrokerProcess, running_broker
+from strom.testing.process import starts_processes
 
 StromRunner = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -50,33 +51,12 @@ def strom() -> StromRunner:
     return run
 
 
-@dataclass
-class LocalBroker:
-    bootstrap: str
-
-
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Any]:
-    """A real broker process on 127.0.0.1 with random ports, stopped afterwards (by PID).
-
-    ``strom.testing.running_broker`` when it exists; else the CLI's own local-cluster code.
-    """
-    try:
-        from strom.testing import running_broker  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        running_broker = None
-    if running_broker is not None:
-        with running_broker(tmp_path / "broker") as handle:
-            yield handle
-        return
-    from strom.cli import localcluster as lc
-
-    state = lc.plan_cluster(tmp_path / "cluster", 1, base_port=0)
-    try:
-        lc.start_cluster(state, timeout=60)
-        yield LocalBroker(state.bootstrap)
-    finally:
-        lc.stop_cluster(state, timeout=10)
+@starts_processes
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A real broker process on 127.0.0.1 with random ports, stopped afterwards (by PID)."""
+    with running_broker(tmp_path / "broker") as handle:
+        yield handle
 
 
 def recorded_pids(data_dir: Path) -> list[int]:
@@ -89,6 +69,7 @@ def recorded_pids(data_dir: Path) -> list[int]:
 
 
 @pytest.fixture
+@starts_processes
 def data_dir(tmp_path: Path, strom: StromRunner) -> Iterator[Path]:
     """A dev-cluster data dir whose cluster is always stopped: ``dev down``, then SIGKILL any
     leftover broker."""

@@ -190,6 +190,7 @@ def fake_broker(ignore_term: bool) -> subprocess.Popen[bytes]:
 
 
 @pytest.mark.parametrize("ignore_term,outcome", [(False, "stopped"), (True, "killed")])
+@pytest.mark.integration  # starts a process
 def test_stop_sends_sigterm_then_sigkill(tmp_path: Path, ignore_term: bool, outcome: str) -> None:
     proc = fake_broker(ignore_term)
     try:
@@ -210,6 +211,7 @@ def test_stop_sends_sigterm_then_sigkill(tmp_path: Path, ignore_term: bool, outc
             proc.wait()
 
 
+@pytest.mark.integration  # starts a process
 def test_stop_never_signals_a_pid_that_is_not_a_broker(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -224,6 +226,7 @@ def test_stop_never_signals_a_pid_that_is_not_a_broker(tmp_path: Path) -> None:
         proc.wait()
 
 
+@pytest.mark.integration  # starts a process
 def test_pid_alive() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
@@ -235,6 +238,7 @@ def test_pid_alive() -> None:
     assert lc.pid_alive(os.getpid())
 
 
+@pytest.mark.integration  # starts a process
 def test_wait_ready_fails_fast_with_the_last_log_line_when_a_broker_dies(tmp_path: Path) -> None:
     state = lc.plan_cluster(tmp_path, 1, is_free=always_free)
     b = state.brokers[0]

@@ -15,11 +15,13 @@ from kio.serial import entity_reader, entity_writer
 
 from strom.client import Admin
 from strom.testing import BrokerProcess, running_broker
+from strom.testing.process import starts_processes
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with running_broker(tmp_path_factory.mktemp("kafka"),
                         config={"group.initial.rebalance.delay.ms": "0"}) as b:

@@ -41,6 +41,7 @@ from strom.testing.process import (
     ProcessStartError,
     free_port,
     free_ports,
+    starts_processes,
 )
 
 __all__ = [
@@ -304,6 +305,7 @@ def broker_fixture(scope: Literal["session", "package", "module", "class", "func
     import pytest
 
     @pytest.fixture(scope=scope)
+    @starts_processes
     def _broker(tmp_path_factory: Any) -> Iterator[BrokerProcess]:
         merged = config_from_kwargs(settings)
         merged.update({k: _str(v) for k, v in (config or {}).items()})

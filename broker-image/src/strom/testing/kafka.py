@@ -46,6 +46,7 @@ from strom.testing.process import (
     ManagedProcess,
     ProcessStartError,
     free_ports,
+    starts_processes,
     stop_pids,
     temp_dir,
     wait_all_ready,
@@ -389,6 +390,7 @@ def kafka_fixture(nodes: int = 1,
     merged.update(config or {})
 
     @pytest.fixture(scope=scope)
+    @starts_processes
     def _kafka(tmp_path_factory: Any) -> Iterator[KafkaCluster]:
         require_jars()
         with running_kafka(nodes, root=tmp_path_factory.mktemp("kafka"),

@@ -38,7 +38,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 __all__ = [
     "STOP_TIMEOUT_S",
@@ -50,6 +50,8 @@ __all__ = [
     "log_tail",
     "pid_alive",
     "pid_runs",
+    "started_processes",
+    "starts_processes",
     "stop_pids",
     "temp_dir",
     "wait_all_ready",
@@ -64,6 +66,14 @@ StopOutcome = Literal["stopped", "killed", "not running"]
 
 #: Children this interpreter started, by PID, so :func:`pid_alive` can reap them.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+#: Names of every process :meth:`ManagedProcess.start` started here, in order (the pytest plugin
+#: checks that a test that starts one carries the ``integration`` marker).
+_STARTED: list[str] = []
+
+
+def started_processes() -> tuple[str, ...]:
+    """The names of the processes started so far by this interpreter, oldest first."""
+    return tuple(_STARTED)
 
 
 class ProcessStartError(RuntimeError):
@@ -154,6 +164,17 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for sock in socks:
             sock.close()
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def starts_processes(fixture_function: F) -> F:
+    """Flag a fixture function as one that starts processes: every test using it (directly or
+    through other fixtures) gets the ``integration`` marker (``strom.testing.pytest_plugin``).
+    Put it under ``@pytest.fixture``."""
+    fixture_function.__strom_starts_processes__ = True  # type: ignore[attr-defined]
+    return fixture_function
 
 
 @contextlib.contextmanager
@@ -331,6 +352,7 @@ class ManagedProcess:
                 self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.cwd, env=env, start_new_session=True, close_fds=True)
         _CHILDREN[self._proc.pid] = self._proc
+        _STARTED.append(self.name)
         if self._finalizer is not None:
             self._finalizer.detach()
         self._finalizer = (None if self.detach

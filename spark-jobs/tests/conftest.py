@@ -9,88 +9,29 @@ tests skip with the reason (``strom_spark.java``), and fail under ``CI=true``.
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from strom.testing import running_broker
+from strom.testing.process import starts_processes
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def _broker_process(data_dir: Path) -> Iterator[str]:
-    """A real broker process on a free port; stopped (by PID) however the test ends."""
-    port = _free_port()
-    log = open(data_dir / "broker.log", "wb")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "strom.broker", "--set", f"port={port}", "--set",
-         "metrics.port=0", "--set", "listeners=PLAINTEXT://127.0.0.1:0", "--set",
-         f"log.dirs={data_dir / 'data'}", "--set",
-         "log.retention.check.interval.ms=500"],
-        stdout=log, stderr=subprocess.STDOUT)
-    bootstrap = f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"broker exited with {proc.returncode}: "
-                    f"{(data_dir / 'broker.log').read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("broker did not start listening in 30 s") from None
-                time.sleep(0.1)
-        from strom.client import Admin
-
-        with Admin(bootstrap) as admin:  # the Metadata path answers: ready
-            admin.list_topics()
-        yield bootstrap
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
-
-
-@contextmanager
-def running_broker(path: Path) -> Iterator[str]:
-    """``strom.testing.running_broker`` when it exists, else our own process launcher."""
-    try:
-        from strom.testing import running_broker as shared  # type: ignore[import-not-found]
-    except ImportError:
-        with _broker_process(path) as bootstrap:
-            yield bootstrap
-        return
-    # fast retention checks, so the data-loss test sees deleted segments within a second
-    with shared(path, config={"log.retention.check.interval.ms": 500}) as b:
-        yield str(b.bootstrap)
-
-
 @pytest.fixture(scope="session")
+@starts_processes
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One broker for the Spark suite (tests use their own topics)."""
-    with running_broker(tmp_path_factory.mktemp("broker")) as bootstrap:
-        yield bootstrap
+    """One broker for the Spark suite (tests use their own topics), with fast retention checks so
+    the data-loss test sees deleted segments within a second."""
+    with running_broker(tmp_path_factory.mktemp("broker"),
+                        config={"log.retention.check.interval.ms": 500}) as b:
+        yield str(b.bootstrap)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from strom.broker.core import BrokerCore
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches, encode_batch
 from strom.protocol.v1 import broker_pb2
+from strom.testing.waits import async_wait_until
 
 
 def _fetch(offset: int = 0, *, topic: str = "t", partition: int = 0, min_bytes: int = 1,
@@ -38,6 +39,12 @@ async def _produce(core: BrokerCore, values: list[bytes], topic: str = "t",
 async def topic_core(core: BrokerCore) -> BrokerCore:
     await core.topics.create_topic("t", 2)
     return core
+
+
+async def _parked(core: BrokerCore, fetches: int = 1) -> None:
+    """Until ``fetches`` fetches wait in the long poll (registered with the append waiters)."""
+    await async_wait_until(lambda: len(core.replicas.waiters) == fetches, 5,
+                           what=f"{fetches} fetch(es) waiting")
 
 
 async def test_returns_data_at_once(topic_core: BrokerCore) -> None:
@@ -70,7 +77,7 @@ async def test_waits_max_wait_when_nothing_arrives(topic_core: BrokerCore) -> No
 
 async def test_produce_wakes_a_waiting_fetch(topic_core: BrokerCore) -> None:
     async def later() -> None:
-        await asyncio.sleep(0.2)
+        await _parked(topic_core)
         await _produce(topic_core, [b"late"])
 
     started = time.monotonic()
@@ -83,7 +90,7 @@ async def test_produce_wakes_a_waiting_fetch(topic_core: BrokerCore) -> None:
 
 async def test_produce_to_another_partition_does_not_satisfy(topic_core: BrokerCore) -> None:
     async def later() -> None:
-        await asyncio.sleep(0.1)
+        await _parked(topic_core)
         await _produce(topic_core, [b"elsewhere"], partition=1)
 
     task = asyncio.create_task(later())
@@ -211,7 +218,7 @@ async def test_leader_epoch_is_checked(topic_core: BrokerCore) -> None:
 
 async def test_shutdown_wakes_waiting_fetches(topic_core: BrokerCore) -> None:
     task = asyncio.create_task(fetch.handle(topic_core, _fetch(0, max_wait_ms=30_000)))
-    await asyncio.sleep(0.05)
+    await _parked(topic_core)
     topic_core.replicas.waiters.close()
     response = await asyncio.wait_for(task, 2.0)
     assert response.partitions[0].records == b""
@@ -219,7 +226,7 @@ async def test_shutdown_wakes_waiting_fetches(topic_core: BrokerCore) -> None:
 
 async def test_deleting_the_topic_wakes_waiting_fetches(topic_core: BrokerCore) -> None:
     task = asyncio.create_task(fetch.handle(topic_core, _fetch(0, max_wait_ms=30_000)))
-    await asyncio.sleep(0.05)
+    await _parked(topic_core)
     await topic_core.topics.delete("t")
     response = await asyncio.wait_for(task, 2.0)
     assert response.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

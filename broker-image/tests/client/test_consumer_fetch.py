@@ -15,6 +15,7 @@ from strom.client import (
     StromError,
     TopicPartition,
 )
+from strom.testing.waits import wait_until
 
 from .conftest import FakeCluster
 
@@ -70,7 +71,7 @@ def test_seek_and_seek_to_beginning_drop_prefetched(fake_cluster: FakeCluster) -
                   max_poll_records=10) as c:
         c.assign([TP])
         assert [r.offset for r in c.poll(2000)] == list(range(10))
-        time.sleep(0.1)  # let prefetch run ahead
+        wait_until(lambda: _fetched_ahead(c), 10, what="the prefetch to run ahead")
         c.seek(TP, 250)
         assert c.poll(2000)[0].offset == 250
         c.seek_to_beginning(TP)
@@ -137,6 +138,18 @@ def test_fetch_retries_after_not_leader(fake_cluster2: FakeCluster) -> None:
     assert fetch_brokers == {1, 2}
 
 
+def _fetched_ahead(c: Consumer) -> bool:
+    """The consumer has fetched (or is fetching) past its position in TP."""
+    with c._core.subs.lock:
+        st = c._core.subs.states[TP]
+        return st.fetch_offset is not None and st.position is not None \
+            and st.fetch_offset > st.position
+
+
+def _fetch_offsets(cluster: FakeCluster) -> set[int]:
+    return {r.partitions[0].fetch_offset for _, rpc, r in cluster.calls if rpc == "Fetch"}
+
+
 def test_prefetch_keeps_a_fetch_in_flight(fake_cluster: FakeCluster) -> None:
     _fill(fake_cluster, 2000)
     with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest",
@@ -144,7 +157,9 @@ def test_prefetch_keeps_a_fetch_in_flight(fake_cluster: FakeCluster) -> None:
         c.assign([TP])
         first = [r.offset for r in c.poll(2000)]
         assert first
-        time.sleep(0.2)  # the app "works"; the fetcher fills its prefetch buffer meanwhile
+        # the app "works"; the fetcher fills its prefetch buffer meanwhile
+        wait_until(lambda: _fetched_ahead(c) and len(_fetch_offsets(fake_cluster)) >= 2, 10,
+                   what="a fetch ahead of the position")
         fetches = [r for _, rpc, r in fake_cluster.calls if rpc == "Fetch"]
         offsets = [r.partitions[0].fetch_offset for r in fetches]
         assert len(set(offsets)) >= 2  # fetched ahead of the position

@@ -16,6 +16,7 @@ from strom.client import Producer
 from strom.client.accumulator import RecordAccumulator
 from strom.client.models import TopicPartition
 from strom.protocol.records import Compression
+from strom.testing.waits import wait_until
 
 from .conftest import FakeCluster
 
@@ -26,7 +27,8 @@ def test_a_produce_to_a_hung_leader_moves_to_the_new_leader(fake_cluster2: FakeC
         assert producer.send("t", b"before").result(10).offset == 0
         fake_cluster2.hung.add(1)
         future = producer.send("t", b"during")
-        time.sleep(0.5)
+        wait_until(lambda: [b for b, rpc, _ in fake_cluster2.calls if rpc == "Produce"] == [1, 1],
+                   10, what="the second produce to hang on broker 1")
         fake_cluster2.set_leader("t", 0, 2)  # the controller elected broker 2
         start = time.monotonic()
         md = future.result(20)

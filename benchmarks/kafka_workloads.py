@@ -107,12 +107,14 @@ def _consumer(bootstrap: str, **overrides: Any) -> Any:
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, records: int, value_size: int,
-                timeout_s: float = 300.0) -> Throughput:
+                timeout_s: float = 300.0,
+                consumer_config: dict[str, Any] | None = None) -> Throughput:
     """Read ``records`` from the beginning of every partition (catch-up), counting what each
-    ``consume`` call returns, as the other systems' loops do."""
+    ``consume`` call returns, as the other systems' loops do. ``consumer_config`` overrides the
+    consumer's settings (default: 8 MiB per partition, 64 MiB per fetch)."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    consumer = _consumer(bootstrap)
+    consumer = _consumer(bootstrap, **(consumer_config or {}))
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
 

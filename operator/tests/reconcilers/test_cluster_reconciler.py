@@ -178,6 +178,12 @@ def test_scale_out_applies_at_once_scale_in_waits_for_drain():
     r.reconcile(body({"storage": {"size": "10Gi"}, "brokers": {"replicas": 3}}))
     assert api.find("StatefulSet", "c-broker")["spec"]["replicas"] == 5, "no shrink before drain"
     assert cond(api, "Scaling")["reason"] == "WaitForDrain"
+    # Five ready pods while scaling in to three are not "brokers not ready" (it read "5/3").
+    api.find("StatefulSet", "c-broker")["status"] = {"replicas": 5, "readyReplicas": 5}
+    r.reconcile(body({"storage": {"size": "10Gi"}, "brokers": {"replicas": 3}}))
+    ready = cond(api, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InProgress"), ready
+    assert "scaling in to 3" in ready["message"]
 
 
 class DrainedAdmin:

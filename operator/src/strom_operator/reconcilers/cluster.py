@@ -541,6 +541,7 @@ class ClusterReconciler:
                             if p is not None and p.ready and not p.terminating)
         self._check_environment(ctx, ready_pods)
         brokers_ready = ready >= want and replicas == want
+        draining = ready >= want and replicas > want  # scale-in: the extra pods go last
         if brokers_ready and not ctx.requeue:
             ctx.condition(conditions.READY, "True", "Ready", f"{ready}/{want} brokers ready")
         elif brokers_ready:
@@ -556,6 +557,13 @@ class ClusterReconciler:
                 "False",
                 "InProgress",
                 f"{ready}/{want} brokers ready; in progress: {', '.join(busy) or 'reconcile'}",
+            )
+        elif draining:
+            ctx.requeue = True
+            ctx.condition(
+                conditions.READY, "False", "InProgress",
+                f"{ready} brokers ready; scaling in to {want} (the leaving brokers are drained "
+                "before the StatefulSet shrinks)",
             )
         else:
             ctx.requeue = True

@@ -158,9 +158,9 @@ def measure(counts: list[int], records: int, progress: object = print,
             after = open_fds(broker.pid)
             c = sw.consume_all(bs, "scale", n, records, 100)
             say(f"partition scale: clean restart with {n:,} partitions")
-            broker.terminate()
+            broker.terminate(timeout=300)  # closing N logs flushes each one
             started = time.perf_counter()
-            broker.start(wait=False)
+            broker.start()  # until it answers Metadata (its logs are loaded by then)
             restart = time.perf_counter() - started + first_write_s(bs, "scale")
             point = ScalePoint(n, create_s, p.records_per_s, c.records_per_s, idle, after,
                                create_cpu, change, idle_cpu, restart_s=restart)

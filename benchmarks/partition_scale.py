@@ -143,7 +143,7 @@ def measure(counts: list[int], records: int, progress: object = print,
     points: list[ScalePoint] = []
     for n in counts:
         with tempfile.TemporaryDirectory(prefix="strom-bench-scale-") as tmp, \
-                running_broker(Path(tmp)) as broker:
+                running_broker(Path(tmp), startup_timeout=600) as broker:
             bs = broker.bootstrap
             say(f"partition scale: creating {n:,} partitions in one request")
             cpu = cpu_seconds(broker.pid)

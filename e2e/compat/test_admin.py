@@ -1,0 +1,250 @@
+"""Admin operations and their mistakes, compared between Apache Kafka and Strom.
+
+The same confluent-kafka AdminClient calls go to both servers; what is compared is what a
+client can see: the error code of each refused request (unknown topic, bad config, replication
+factor above the broker count, bad partition counts, bad names, a topic that exists), the
+topics' descriptions, the values DescribeConfigs returns for the topic configs Strom supports,
+and the ApiVersions ranges of every API both serve.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.api_versions.v3.response import ApiVersionsResponse
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.serial import entity_reader, entity_writer
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+#: Topic configs whose defaults both servers must describe alike (the rest differ on purpose:
+#: see docs/kafka-protocol.md and test_topic_config_defaults).
+SAME_DEFAULTS = ("cleanup.policy", "retention.ms", "retention.bytes", "delete.retention.ms",
+                 "min.compaction.lag.ms", "max.compaction.lag.ms", "message.timestamp.type",
+                 "min.insync.replicas", "unclean.leader.election.enable", "flush.messages",
+                 "flush.ms", "index.interval.bytes", "segment.ms",
+                 "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+                 "segment.bytes", "max.message.bytes", "segment.index.bytes")
+
+
+def admin(bootstrap: str) -> Any:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def outcome(future: Any, timeout: float = 30) -> str:
+    """"ok" or the Kafka error name a request's future ends with."""
+    try:
+        future.result(timeout)
+    except KafkaException as err:
+        return str(err.args[0].name())
+    return "ok"
+
+
+def wait_for_topic(client: Any, topic: str, partitions: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        meta = client.list_topics(topic, timeout=5).topics.get(topic)
+        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
+                and all(p.leader >= 0 for p in meta.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{topic}: not ready with {partitions} partitions after 30 s")
+
+
+def on_both(pair: Any, scenario: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """Run ``scenario(admin client)`` against Kafka, then Strom."""
+    kafka = scenario(admin(pair.kafka.bootstrap))
+    strom = scenario(admin(pair.strom.bootstrap))
+    return kafka, strom
+
+
+def test_create_topic_mistakes_get_kafkas_error_codes(pair: Any,
+                                                      name: Callable[[str], str]) -> None:
+    taken = name("taken")
+    cases = {
+        "replication factor above the broker count": NewTopic(name("rf"), 1, 3),
+        "zero partitions": NewTopic(name("zero"), 0, 1),
+        "a name with a slash": NewTopic("bad/name", 1, 1),
+        "a name of 250 characters": NewTopic("x" * 250, 1, 1),
+        "a name that is '..'": NewTopic("..", 1, 1),
+        "an unknown config": NewTopic(name("cfg"), 1, 1, config={"no.such.config": "1"}),
+        "a config value that does not parse": NewTopic(name("cfg"), 1, 1,
+                                                       config={"retention.ms": "soon"}),
+        "a cleanup policy that does not exist": NewTopic(name("cfg"), 1, 1,
+                                                         config={"cleanup.policy": "never"}),
+        "an existing topic": NewTopic(taken, 1, 1),
+    }
+
+    def scenario(client: Any) -> dict[str, str]:
+        assert outcome(client.create_topics([NewTopic(taken, 1, 1)])[taken]) == "ok"
+        wait_for_topic(client, taken, 1)
+        got = {}
+        for what, new in cases.items():
+            got[what] = outcome(client.create_topics([new])[new.topic])
+        return got
+
+    kafka, strom = on_both(pair, scenario)
+    assert strom == kafka
+    assert kafka["an existing topic"] == "TOPIC_ALREADY_EXISTS"
+    assert kafka["replication factor above the broker count"] == "INVALID_REPLICATION_FACTOR"
+
+
+def test_validate_only_creates_nothing(pair: Any, name: Callable[[str], str]) -> None:
+    topic = name("dry")
+
+    def scenario(client: Any) -> tuple[str, bool]:
+        result = outcome(client.create_topics([NewTopic(topic, 2, 1)],
+                                              validate_only=True)[topic])
+        return result, topic in client.list_topics(timeout=10).topics
+
+    kafka, strom = on_both(pair, scenario)
+    assert strom == kafka == ("ok", False)
+
+
+def test_delete_and_partition_mistakes(pair: Any, name: Callable[[str], str]) -> None:
+    topic = name("parts")
+    missing = name("missing")
+
+    def scenario(client: Any) -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        got["delete unknown"] = outcome(client.delete_topics([missing])[missing])
+        got["grow unknown"] = outcome(client.create_partitions(
+            [NewPartitions(missing, 3)])[missing])
+        assert outcome(client.create_topics([NewTopic(topic, 2, 1)])[topic]) == "ok"
+        wait_for_topic(client, topic, 2)
+        got["shrink"] = outcome(client.create_partitions([NewPartitions(topic, 1)])[topic])
+        got["same count"] = outcome(client.create_partitions([NewPartitions(topic, 2)])[topic])
+        got["grow"] = outcome(client.create_partitions([NewPartitions(topic, 5)])[topic])
+        wait_for_topic(client, topic, 5)
+        described = client.list_topics(topic, timeout=10).topics[topic]
+        got["partitions"] = sorted(described.partitions)
+        got["replicas"] = [len(p.replicas) for p in described.partitions.values()]
+        got["delete"] = outcome(client.delete_topics([topic])[topic])
+        deadline = time.monotonic() + 30
+        while topic in client.list_topics(timeout=10).topics and time.monotonic() < deadline:
+            time.sleep(0.2)
+        got["listed after delete"] = topic in client.list_topics(timeout=10).topics
+        got["delete twice"] = outcome(client.delete_topics([topic])[topic])
+        return got
+
+    kafka, strom = on_both(pair, scenario)
+    assert strom == kafka
+    assert kafka["delete unknown"] == "UNKNOWN_TOPIC_OR_PART"
+    assert kafka["shrink"] == "INVALID_PARTITIONS"
+
+
+def described(client: Any, topic: str) -> dict[str, str | None]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = client.describe_configs([resource])[resource].result(30)
+    return {k: e.value for k, e in entries.items()}
+
+
+def test_topic_configs_described_altered_and_refused(pair: Any,
+                                                     name: Callable[[str], str]) -> None:
+    topic = name("cfg")
+
+    def scenario(client: Any) -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        create = NewTopic(topic, 1, 1, config={"retention.ms": "3600000",
+                                               "cleanup.policy": "compact,delete"})
+        assert outcome(client.create_topics([create])[topic]) == "ok"
+        wait_for_topic(client, topic, 1)
+        values = described(client, topic)
+        got["created"] = {k: values[k] for k in ("retention.ms", "cleanup.policy")}
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry("retention.ms", "60000",
+                        incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("cleanup.policy", None,
+                        incremental_operation=AlterConfigOpType.DELETE)])
+        got["alter"] = outcome(client.incremental_alter_configs([resource])[resource])
+        values = described(client, topic)
+        got["altered"] = {k: values[k] for k in ("retention.ms", "cleanup.policy")}
+        bad = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)])
+        got["alter bad value"] = outcome(client.incremental_alter_configs([bad])[bad])
+        unknown = ConfigResource(ConfigResource.Type.TOPIC, name("missing"),
+                                 incremental_configs=[ConfigEntry(
+                                     "retention.ms", "1",
+                                     incremental_operation=AlterConfigOpType.SET)])
+        got["alter unknown topic"] = outcome(
+            client.incremental_alter_configs([unknown])[unknown])
+        missing = ConfigResource(ConfigResource.Type.TOPIC, name("missing"))
+        got["describe unknown topic"] = outcome(client.describe_configs([missing])[missing])
+        return got
+
+    kafka, strom = on_both(pair, scenario)
+    assert strom == kafka
+    assert kafka["altered"] == {"retention.ms": "60000", "cleanup.policy": "delete"}
+    assert kafka["alter bad value"] == "INVALID_CONFIG"
+
+
+def test_topic_config_defaults(pair: Any, name: Callable[[str], str]) -> None:
+    """The defaults a new topic describes. Every key Strom supports is described by both; the
+    values must match except where docs/kafka-protocol.md says why they differ."""
+    topic = name("defaults")
+
+    def scenario(client: Any) -> dict[str, str | None]:
+        assert outcome(client.create_topics([NewTopic(topic, 1, 1)])[topic]) == "ok"
+        wait_for_topic(client, topic, 1)
+        return described(client, topic)
+
+    kafka, strom = on_both(pair, scenario)
+    assert set(SAME_DEFAULTS) <= set(strom)
+    diffs = {k: (kafka.get(k), strom.get(k)) for k in SAME_DEFAULTS if kafka.get(k) != strom[k]}
+    assert diffs == {}
+
+
+def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
+    """ApiVersions v3 over a raw connection: {api key: (min, max)}."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    buffer = io.BytesIO()
+    entity_writer(RequestHeader)(buffer, RequestHeader(
+        request_api_key=18, request_api_version=3, correlation_id=7, client_id="compat"))
+    entity_writer(ApiVersionsRequest)(buffer, ApiVersionsRequest(
+        client_software_name="strom-compat", client_software_version="1"))
+    data = buffer.getvalue()
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(struct.pack(">i", len(data)) + data)
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        frame = s.recv(size, socket.MSG_WAITALL)
+    assert struct.unpack(">i", frame[:4])[0] == 7
+    response, _ = entity_reader(ApiVersionsResponse)(frame, 4)  # header v0: correlation id
+    assert response.error_code == 0
+    return {int(k.api_key): (int(k.min_version), int(k.max_version))
+            for k in response.api_keys}
+
+
+#: Where Kafka 4.3.1 advertises more than Strom, as written in docs/kafka-protocol.md: versions
+#: newer than Kafka 4.0 (clients pick the newest both serve) and Produce v0-2, which 4.3 serves
+#: again and Strom does not (Kafka 4.0 removed them, KIP-896).
+KAFKA_SERVES_MORE = {0: ((0, 13), (3, 13)), 1: ((4, 18), (4, 17)), 2: ((1, 11), (1, 10)),
+                     8: ((2, 10), (2, 9)), 9: ((1, 10), (1, 9)), 15: ((0, 6), (0, 5)),
+                     45: ((0, 1), (0, 0))}
+
+
+def test_api_versions_against_kafkas(pair: Any) -> None:
+    """Every API Strom serves, Kafka serves; each range is Kafka's, but for the newer versions
+    written down above; every pair of ranges overlaps, so a Kafka 4.x client finds a version."""
+    kafka = api_versions(pair.kafka.bootstrap)
+    strom = api_versions(pair.strom.bootstrap)
+    assert not set(strom) - set(kafka)  # nothing Kafka itself does not serve
+    different = {k: (kafka[k], strom[k]) for k in strom if strom[k] != kafka[k]}
+    assert different == KAFKA_SERVES_MORE
+    assert all(max(kafka[k][0], strom[k][0]) <= min(kafka[k][1], strom[k][1]) for k in strom)
+    assert {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 20, 22, 32} <= set(strom)

@@ -274,8 +274,6 @@ def run_failover(params: dict[str, Any], results: list[Result]) -> None:
 
 KAFKA = "kafka"
 KAFKA_VIA = "strom (confluent-kafka)"
-PERF = "kafka ProducerPerformance"
-PERF_VIA = "strom ProducerPerformance"
 
 
 def _kafka_available() -> bool:
@@ -298,8 +296,9 @@ def _kafka_available() -> bool:
 def run_kafka(params: dict[str, int | float], results: list[Result]) -> None:
     """Apache Kafka, the main peer (issue 20): one KRaft node (Maven's jars, RF 1) and one Strom
     broker, the same workloads through the Kafka protocol on both with the same client
-    (confluent-kafka), plus Kafka's own ProducerPerformance against both. Strom's own-client rows
-    ("strom") get their ratio to the "kafka" rows in :func:`assign_peers`."""
+    (confluent-kafka), plus Kafka's own ProducerPerformance, ConsumerPerformance and
+    EndToEndLatency against both. Strom's own-client rows ("strom") get their ratio to the
+    "kafka" rows in :func:`assign_peers`."""
     from benchmarks import kafka_workloads as kw
     from strom.testing import running_broker
     from strom.testing.kafka import running_kafka
@@ -319,32 +318,77 @@ def run_kafka(params: dict[str, int | float], results: list[Result]) -> None:
             pid = node.process.pid
             on_kafka = functools.partial(kw.create_topic, kafka.bootstrap)
             _kafka_rows(KAFKA, kafka.bootstrap, on_kafka, pid, workloads, rate, secs, reps,
-                        results, warm_secs)
+                        results, warm_secs, params)
             with running_broker(Path(tmp) / "strom",
                                 config={"log.segment.bytes": str(256 << 20)}) as broker:
-                # Strom's Kafka listener has no CreateTopics yet: its topics come from its
-                # own admin API (gRPC), the records go through the Kafka protocol.
-                on_strom = functools.partial(sw.create_topic, broker.bootstrap)
+                # topics through the Kafka protocol's CreateTopics on both servers
+                on_strom = functools.partial(kw.create_topic, broker.kafka_bootstrap)
                 _kafka_rows(KAFKA_VIA, broker.kafka_bootstrap, on_strom, broker.pid, workloads,
-                            rate, secs, reps, results, warm_secs)
-                for label, name, parts, n, size in workloads:
-                    for system, bootstrap, create in ((PERF, kafka.bootstrap, on_kafka),
-                                                      (PERF_VIA, broker.kafka_bootstrap,
-                                                       on_strom)):
-                        topic = f"{name}-perf"
-                        create(topic, parts)
-                        _progress(f"{system}: {label}, {n:,} records")
-                        perf = kw.producer_performance(kafka, bootstrap, topic, n, size)
-                        results.append(Result(system, label, "produce", perf["records/s"],
-                                              "records/s", extra=perf,
-                                              peers=[PERF] if system == PERF_VIA else []))
-                        results.append(Result(system, label, "produce MB/s", perf["MB/s"],
-                                              "MB/s", peers=[PERF] if system == PERF_VIA else []))
+                            rate, secs, reps, results, warm_secs, params)
+                servers = ((KAFKA, kafka.bootstrap, on_kafka),
+                           (KAFKA_VIA, broker.kafka_bootstrap, on_strom))
+                _kafka_tool_rows(kafka, servers, workloads, reps, params, results)
+
+
+def _kafka_tool_rows(kafka: Any, servers: tuple[tuple[str, str, Callable[[str, int], None]],
+                                                ...],
+                     workloads: list[tuple[str, str, int, int, int]], reps: int,
+                     params: dict[str, Any], results: list[Result]) -> None:
+    """Kafka's own Java tools against both servers, the servers alternating within each
+    repetition; the median of ``reps`` runs per row (every run in ``extra``)."""
+    from benchmarks import kafka_workloads as kw
+
+    def row(system: str, label: str, metric: str, runs: list[float], unit: str,
+            higher: bool = True) -> None:
+        peer = system.replace("strom", "kafka") if system.startswith("strom") else ""
+        results.append(Result(system, label, metric, statistics.median(runs), unit,
+                              higher_is_better=higher, peers=[peer] if peer else [],
+                              extra={"runs": runs}))
+
+    for label, name, parts, n, size in workloads:
+        produced: dict[str, list[dict[str, float]]] = {}
+        consumed: dict[str, list[dict[str, float]]] = {}
+        for rep in range(reps):
+            for server, bootstrap, create in servers:
+                tool = "kafka" if server == KAFKA else "strom"
+                topic = f"{name}-perf{rep}"
+                create(topic, parts)
+                _progress(f"{tool}: ProducerPerformance, ConsumerPerformance {label}, "
+                          f"{n:,} records (run {rep + 1} of {reps})")
+                produced.setdefault(tool, []).append(
+                    kw.producer_performance(kafka, bootstrap, topic, n, size))
+                consumed.setdefault(tool, []).append(
+                    kw.consumer_performance(kafka, bootstrap, topic, n))
+        for tool in ("kafka", "strom"):
+            system = f"{tool} ProducerPerformance"
+            row(system, label, "produce", [r["records/s"] for r in produced[tool]], "records/s")
+            row(system, label, "produce MB/s", [r["MB/s"] for r in produced[tool]], "MB/s")
+            row(system, label, "produce avg ms", [r["avg ms"] for r in produced[tool]], "ms",
+                higher=False)
+            system = f"{tool} ConsumerPerformance"
+            row(system, label, "consume", [r["records/s"] for r in consumed[tool]], "records/s")
+            row(system, label, "consume MB/s", [r["MB/s"] for r in consumed[tool]], "MB/s")
+    n_e2e = int(params["e2e_tool_records"])
+    lat: dict[str, list[dict[str, float]]] = {}
+    for rep in range(reps):
+        for server, bootstrap, create in servers:
+            tool = "kafka" if server == KAFKA else "strom"
+            topic = f"e2e-tool{rep}"
+            create(topic, 1)
+            _progress(f"{tool}: EndToEndLatency, {n_e2e:,} records of 100 B, acks=1 "
+                      f"(run {rep + 1} of {reps})")
+            lat.setdefault(tool, []).append(
+                kw.end_to_end_latency_tool(kafka, bootstrap, topic, n_e2e, 100))
+    for tool in ("kafka", "strom"):
+        for q in ("p50", "p99", "p99.9", "avg"):
+            row(f"{tool} EndToEndLatency", "1p-100B", f"round trip {q}",
+                [r[f"{q} ms"] for r in lat[tool]], "ms", higher=False)
 
 
 def _kafka_rows(system: str, bootstrap: str, create: Callable[[str, int], None], pid: int,
                 workloads: list[tuple[str, str, int, int, int]], rate: int, secs: float,
-                reps: int, results: list[Result], warm_secs: float) -> None:
+                reps: int, results: list[Result], warm_secs: float,
+                params: dict[str, Any]) -> None:
     """The throughput, catch-up and latency rows of one server through confluent-kafka."""
     from benchmarks import kafka_workloads as kw
 
@@ -359,29 +403,47 @@ def _kafka_rows(system: str, bootstrap: str, create: Callable[[str, int], None],
     kw.consume_all(bootstrap, "warmup", 1, warm, 100)
     kw.end_to_end_latency(bootstrap, "warmup", 1, rate, warm_secs)
     for label, name, parts, n, size in workloads:
-        create(name, parts)
-        _progress(f"{system}: {label}, producing {n:,} x {size} B")
         idle = rss_bytes(pid)
         with RssSampler(pid) as rss:
-            t = kw.produce(bootstrap, name, n, size)
+            sends = []
+            for rep in range(reps):  # each run on a fresh topic; the catch-up reads the first
+                create(name if rep == 0 else f"{name}-r{rep}", parts)
+                _progress(f"{system}: {label}, producing {n:,} x {size} B "
+                          f"(run {rep + 1} of {reps})")
+                sends.append(kw.produce(bootstrap, name if rep == 0 else f"{name}-r{rep}", n,
+                                        size))
             _progress(f"{system}: {label}, consuming (median of {reps})")
             runs = [kw.consume_all(bootstrap, name, parts, n, size) for _ in range(reps)]
+        t = sw.median_run(sends)
         c = sw.median_run(runs)
         if label == "1p-100B":
             _memory_rows(results, system, label, idle, rss.peak)
-        for metric, value, unit in (("produce", t.records_per_s, "records/s"),
-                                    ("produce MB/s", t.mb_per_s, "MB/s"),
-                                    ("consume", c.records_per_s, "records/s"),
-                                    ("consume MB/s", c.mb_per_s, "MB/s")):
+        for metric, value, unit, each in (
+                ("produce", t.records_per_s, "records/s", sends),
+                ("produce MB/s", t.mb_per_s, "MB/s", None),
+                ("consume", c.records_per_s, "records/s", runs),
+                ("consume MB/s", c.mb_per_s, "MB/s", None)):
             results.append(Result(system, label, metric, value, unit, peers=list(peers),
-                                  extra={"runs": [r.records_per_s for r in runs]}
-                                  if metric == "consume" else {}))
+                                  extra={"runs": [r.records_per_s for r in each]}
+                                  if each else {}))
         create(f"{name}lat", parts)
         _progress(f"{system}: {label}, end-to-end latency at {rate:,} records/s for {secs:.0f} s")
         lat = kw.end_to_end_latency(bootstrap, f"{name}lat", parts, rate, secs, value_size=size)
         for q in (50, 99, 99.9):
             results.append(Result(system, label, f"e2e p{q:g} @{rate}/s", percentile(lat, q),
                                   "ms", higher_is_better=False, peers=list(peers)))
+    # latency against throughput: the same fixed-rate run at rising rates, 1 partition, 100 B
+    curve_secs = float(params["curve_seconds"])
+    for point, curve_rate in enumerate(params["curve_rates"]):
+        topic = f"curve{point}"
+        create(topic, 1)
+        _progress(f"{system}: latency curve, {curve_rate:,} records/s for {curve_secs:.0f} s")
+        lat = kw.end_to_end_latency(bootstrap, topic, 1, int(curve_rate), curve_secs)
+        for q in (50, 99):
+            results.append(Result(system, "curve-1p-100B", f"e2e p{q:g} @{curve_rate}/s",
+                                  percentile(lat, q), "ms", higher_is_better=False,
+                                  peers=list(peers), extra={"rate": curve_rate,
+                                                            "records": len(lat)}))
 
 
 KAFKA_RF1 = "kafka RF=1 acks=1 (3 nodes)"
@@ -509,7 +571,8 @@ PROFILES: dict[str, dict[str, Any]] = {
               "records_replicated": 5_000, "records_replicated_1k": 5_000,
               "failovers": 1, "failover_faults": ("kill",), "repeats": 1,
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2,
-              "warmup_latency_seconds": 1},
+              "warmup_latency_seconds": 1, "curve_rates": (500, 2000), "curve_seconds": 1,
+              "e2e_tool_records": 200},
     "full": {"records_100b": 1_000_000, "records_1k": 1_000_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
@@ -518,8 +581,16 @@ PROFILES: dict[str, dict[str, Any]] = {
              "failovers": 7, "failover_faults": ("kill", "kill-controller", "stop",
                                                  "partition"), "repeats": 3,
              "group_sizes": (1, 10, 50), "group_rebalance_repeats": 3,
-             "group_records": 500_000, "group_members": 4, "warmup_latency_seconds": 3},
+             "group_records": 500_000, "group_members": 4, "warmup_latency_seconds": 3,
+             "curve_rates": (1000, 5000, 10_000, 20_000, 40_000), "curve_seconds": 5,
+             "e2e_tool_records": 5000},
 }
+#: The full run's shape with a fifth of its records (the Kafka sections' rates are compared in
+#: the same run, so fewer records change the figures' spread, not what they compare): what fits
+#: in ~15 min on 2 shared cores. Repeats, rates and the latency curve are the full run's.
+PROFILES["medium"] = {**PROFILES["full"], "records_100b": 200_000, "records_1k": 200_000,
+                      "records_replicated": 100_000, "records_replicated_1k": 50_000,
+                      "e2e_tool_records": 2000}
 
 
 SECTIONS: dict[str, Callable[[dict[str, Any], list[Result]], None]] = {
@@ -537,6 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="seconds-long run (what CI runs)")
+    parser.add_argument("--medium", action="store_true",
+                        help="the full run with a fifth of the records (see PROFILES)")
     parser.add_argument("--no-peers", action="store_true", help="measure Strom alone")
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON results")
     parser.add_argument("--only", choices=sorted(SECTIONS), action="append", default=None,
@@ -545,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"the JSON is then strom-<profile>-<sections>-*.json, so the full "
                              f"run's -latest file is left alone")
     args = parser.parse_args(argv)
-    profile = "smoke" if args.smoke else "full"
+    profile = "smoke" if args.smoke else "medium" if args.medium else "full"
     params = PROFILES[profile]
     results: list[Result] = []
     sections = args.only or list(SECTIONS)
@@ -561,6 +634,14 @@ def main(argv: list[str] | None = None) -> int:
     path = write_json(name, results, {"profile": profile, "sections": sections, **params},
                       **kwargs)
     print(f"\nwrote {path}", file=sys.stderr)
+    if profile != "smoke" and any(r.system == KAFKA for r in results):
+        from benchmarks import kafka_plots
+
+        for png, draw in ((path.with_name("kafka-throughput.png"), kafka_plots.throughput_png),
+                          (path.with_name("kafka-latency-curve.png"),
+                           kafka_plots.latency_curve_png)):
+            if draw(results, png):
+                print(f"wrote {png}", file=sys.stderr)
     return 0
 
 

@@ -201,3 +201,70 @@ def producer_performance(kafka: Any, bootstrap: str, topic: str, records: int,
         raise RuntimeError(f"ProducerPerformance exited {result.returncode}:\n"
                            f"{(result.stdout + result.stderr)[-2000:]}")
     return parse_producer_performance(result.stdout)
+
+
+def _tool_output(kafka: Any, name: str, *args: str, timeout: float = 600) -> str:
+    result = kafka.run_tool(f"org.apache.kafka.tools.{name}", *args, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"{name} exited {result.returncode}:\n"
+                           f"{(result.stdout + result.stderr)[-2000:]}")
+    return str(result.stdout)
+
+
+def parse_consumer_performance(output: str) -> dict[str, float]:
+    """ConsumerPerformance's header line and its one row of figures (comma-separated):
+    MB/s and records/s over the whole run, and over the fetch time alone."""
+    lines = [line.strip() for line in output.splitlines() if "," in line]
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("start.time"):
+            names = [n.strip() for n in line.split(",")]
+            # the figures: the next line with as many fields, starting with the start date
+            # (the consumer's log lines come in between)
+            data = next((d for d in lines[i + 1:] if d[:1].isdigit()
+                         and len(d.split(",")) == len(names)), None)
+            if data is None:
+                break
+            row = dict(zip(names, [v.strip() for v in data.split(",")], strict=True))
+            try:
+                return {"records": float(row["data.consumed.in.nMsg"]),
+                        "records/s": float(row["nMsg.sec"]), "MB/s": float(row["MB.sec"]),
+                        "fetch records/s": float(row["fetch.nMsg.sec"]),
+                        "rebalance ms": float(row["rebalance.time.ms"])}
+            except (KeyError, ValueError):
+                break
+    raise RuntimeError(f"no ConsumerPerformance figures in its output:\n{output[-2000:]}")
+
+
+def consumer_performance(kafka: Any, bootstrap: str, topic: str, records: int
+                         ) -> dict[str, float]:
+    """Kafka's own ``ConsumerPerformance`` (Java consumer in a fresh group, from the earliest
+    offset) reading ``records`` of ``topic``."""
+    return parse_consumer_performance(_tool_output(
+        kafka, "ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
+        "--num-records", str(records), "--timeout", "60000",
+        "--group", f"perf-{os.getpid()}-{time.time_ns()}",
+        "--command-property", "fetch.max.bytes=67108864"))
+
+
+_E2E_AVG = re.compile(r"Avg latency: ([\d.]+) ms")
+_E2E_PCT = re.compile(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+), 99.9th = ([\d.]+)")
+
+
+def parse_end_to_end_latency(output: str) -> dict[str, float]:
+    """EndToEndLatency's average and 50th / 99th / 99.9th percentiles (ms)."""
+    avg, pct = _E2E_AVG.search(output), _E2E_PCT.search(output)
+    if avg is None or pct is None:
+        raise RuntimeError(f"no EndToEndLatency summary in its output:\n{output[-2000:]}")
+    return {"avg ms": float(avg.group(1)), "p50 ms": float(pct.group(1)),
+            "p99 ms": float(pct.group(2)), "p99.9 ms": float(pct.group(3))}
+
+
+def end_to_end_latency_tool(kafka: Any, bootstrap: str, topic: str, records: int,
+                            value_size: int, *, acks: int | str = 1) -> dict[str, float]:
+    """Kafka's own ``EndToEndLatency``: one record at a time, sent (synchronously, with
+    ``acks``) and then read back by a consumer before the next is sent: the round trip of a
+    single record, not a rate. ``topic`` must have one partition."""
+    return parse_end_to_end_latency(_tool_output(
+        kafka, "EndToEndLatency", "--bootstrap-server", bootstrap, "--topic", topic,
+        "--num-records", str(records), "--producer-acks", str(acks),
+        "--record-size", str(value_size)))

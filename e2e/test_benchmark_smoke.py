@@ -50,13 +50,22 @@ def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
                 assert (system, workload, metric) in rows, (system, workload, metric)
     for system in ("kafka ProducerPerformance", "strom ProducerPerformance"):
         assert (system, "8p-1KiB", "produce") in rows
+    for system in ("kafka ConsumerPerformance", "strom ConsumerPerformance"):
+        assert (system, "8p-1KiB", "consume") in rows
+    for system in ("kafka EndToEndLatency", "strom EndToEndLatency"):
+        assert (system, "1p-100B", "round trip p99") in rows
+    for system in ("kafka", "strom (confluent-kafka)"):  # the latency-throughput curve
+        for rate in (500, 2000):
+            assert (system, "curve-1p-100B", f"e2e p99 @{rate}/s") in rows
     by_key = {(r["system"], r["workload"], r["metric"]): r for r in doc["results"]}
     assert "kafka" in by_key[("strom (confluent-kafka)", "1p-100B", "produce")]["ratios"]
-    assert "kafka ProducerPerformance" in by_key[
-        ("strom ProducerPerformance", "1p-100B", "produce")]["ratios"]
+    for tool, metric in (("ProducerPerformance", "produce"), ("ConsumerPerformance", "consume")):
+        assert f"kafka {tool}" in by_key[(f"strom {tool}", "1p-100B", metric)]["ratios"]
+    assert "kafka EndToEndLatency" in by_key[
+        ("strom EndToEndLatency", "1p-100B", "round trip p50")]["ratios"]
     peers = {r["system"] for r in doc["results"]
              if r["workload"] in ("1p-100B", "8p-1KiB") and not r["system"].startswith("strom")
-             and "ProducerPerformance" not in r["system"]}
+             and not r["system"].endswith(("Performance", "EndToEndLatency"))}
     assert "kafka" in peers
     for system in ("kafka RF=3 acks=all", "strom (confluent-kafka) RF=3 acks=all"):
         assert (system, "replication 8p-1KiB", "produce") in rows

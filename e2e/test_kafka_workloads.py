@@ -39,3 +39,32 @@ def test_output_without_a_summary_is_an_error_showing_the_output(
     with pytest.raises(RuntimeError,
                        match=r"(?s)no ProducerPerformance summary.*Connection refused"):
         parse_producer_performance("WARN Connection refused\n")
+
+
+CONSUMER_OUTPUT = """\
+start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, \
+rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
+[2026-11-25 16:36:41,001] INFO [Consumer clientId=perf-consumer-client] Subscribed to \
+topic(s): w1-perf0 (org.apache.kafka.clients.consumer.KafkaConsumer)
+2026-11-25 16:36:40:864, 2026-11-25 16:36:46:239, 1.9073, 0.3549, 20000, 3720.9302, 3883, \
+1492, 1.2784, 13404.8257
+"""
+
+
+def test_consumer_performance_figures_are_read_past_log_lines(monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    module = importlib.import_module("benchmarks.kafka_workloads")
+    assert module.parse_consumer_performance(CONSUMER_OUTPUT) == {
+        "records": 20000.0, "records/s": 3720.9302, "MB/s": 0.3549,
+        "fetch records/s": 13404.8257, "rebalance ms": 3883.0}
+    with pytest.raises(RuntimeError, match="no ConsumerPerformance figures"):
+        module.parse_consumer_performance("start.time, end.time\n")
+
+
+def test_end_to_end_latency_summary_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    module = importlib.import_module("benchmarks.kafka_workloads")
+    text = "Avg latency: 1.2345 ms\nPercentiles: 50th = 1, 99th = 3, 99.9th = 10\n"
+    assert module.parse_end_to_end_latency(text) == {
+        "avg ms": 1.2345, "p50 ms": 1.0, "p99 ms": 3.0, "p99.9 ms": 10.0}

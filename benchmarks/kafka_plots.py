@@ -1,0 +1,77 @@
+"""PNG plots of the Apache Kafka comparison (issue 20 part 5): throughput side by side and
+the latency-versus-throughput curve, drawn from the run's :class:`~benchmarks.harness.Result`
+rows. Only the pictures live here; the figures come from ``__main__`` and are in the JSON.
+matplotlib is in the ``bench`` dependency group; without it no PNG is written (the table and
+JSON do not need it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import Result
+
+#: Systems drawn side by side, in this order, when the run has them.
+THROUGHPUT_SYSTEMS = ("kafka", "strom (confluent-kafka)", "strom", "kafka ProducerPerformance",
+                      "strom ProducerPerformance", "kafka ConsumerPerformance",
+                      "strom ConsumerPerformance")
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+
+    return plt
+
+
+def throughput_png(results: list[Result], path: Path) -> bool:
+    """Grouped bars: records/s of produce and consume per workload, one bar per system."""
+    plt = _pyplot()
+    rows = [r for r in results if r.metric in ("produce", "consume")
+            and r.workload in ("1p-100B", "8p-1KiB") and r.system in THROUGHPUT_SYSTEMS]
+    if plt is None or not rows:
+        return False
+    groups = sorted({(r.workload, r.metric) for r in rows})
+    systems = [s for s in THROUGHPUT_SYSTEMS if any(r.system == s for r in rows)]
+    width = 0.8 / len(systems)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for i, system in enumerate(systems):
+        values = {(r.workload, r.metric): r.value for r in rows if r.system == system}
+        xs = [g + i * width for g in range(len(groups))]
+        ax.bar(xs, [values.get(g, 0.0) for g in groups], width, label=system)
+    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
+    ax.set_xticklabels([f"{w}\n{m}" for w, m in groups])
+    ax.set_ylabel("records/s (median of runs)")
+    ax.set_title("Apache Kafka and Strom, same machine, same run")
+    ax.legend(fontsize=7)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def latency_curve_png(results: list[Result], path: Path) -> bool:
+    """p50 and p99 end-to-end latency against the offered rate, one line per system."""
+    plt = _pyplot()
+    rows = [r for r in results if r.workload == "curve-1p-100B"]
+    if plt is None or not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for system in sorted({r.system for r in rows}):
+        for q, style in (("p50", "-o"), ("p99", "--s")):
+            points = sorted((int(r.extra["rate"]), r.value) for r in rows
+                            if r.system == system and r.metric.startswith(f"e2e {q} "))
+            ax.plot([p[0] for p in points], [p[1] for p in points], style,
+                    label=f"{system} {q}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("offered rate, records/s (1 partition, 100 B, linger.ms=0, acks=1)")
+    ax.set_ylabel("end-to-end latency, ms")
+    ax.legend(fontsize=7)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return True

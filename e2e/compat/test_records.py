@@ -29,8 +29,11 @@ BASE_TS = 1_700_000_000_000  # ms: explicit create times, so both servers store 
 
 
 def create(bootstrap: str, topic: str, partitions: int = 1, **configs: str) -> None:
+    """No time-based retention: the records carry create times of 2023, which the 7-day
+    default would delete at the next retention check (Kafka: every 5 min)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, 1,
+                                  config={"retention.ms": "-1", **configs})])[topic].result(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         meta = admin.list_topics(topic, timeout=5).topics.get(topic)

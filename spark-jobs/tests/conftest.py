@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +35,20 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield str(b.bootstrap)
 
 
+def kafka_connector_jars() -> list[Path]:
+    """Spark's Kafka connector jars (Maven, ``kafka-ref/spark-kafka/pom.xml``), or [] when
+    Maven or the repository's pom is missing: only the format("kafka") tests need them, and
+    they skip then (fail under CI=true)."""
+    try:
+        from strom.testing.kafka_jars import KafkaToolMissing, spark_kafka_jars
+    except ImportError:
+        return []
+    try:
+        return spark_kafka_jars()
+    except KafkaToolMissing:
+        return []
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from strom_spark.java import in_ci, java_missing
@@ -47,8 +62,12 @@ def spark() -> Iterator[Any]:
 
     import strom_spark
 
+    builder = SparkSession.builder
+    jars = kafka_connector_jars()
+    if jars:  # Spark's own Kafka source and sink (format("kafka"), test_kafka_format.py)
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("strom-spark-tests")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")

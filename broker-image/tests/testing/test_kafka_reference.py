@@ -151,3 +151,17 @@ def test_a_node_that_cannot_start_fails_with_its_log_and_leaves_nothing(tmp_path
     assert message.startswith("kafka node 0")
     assert "num.network.threads" in message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_each_pom_has_its_own_cache_directory(tmp_path: Path) -> None:
+    from strom.testing.kafka_jars import cache_name, spark_kafka_pom
+
+    assert cache_name() == kafka_version()
+    spark = cache_name(spark_kafka_pom())
+    assert spark.startswith("spark-sql-kafka-") and "${" not in spark
+    assert libs_dir(spark) != libs_dir(kafka_version())
+    pom = tmp_path / "pom.xml"
+    pom.write_text('<project xmlns="http://maven.apache.org/POM/4.0.0"><properties>'
+                   "<a>1</a><strom.cache.name>x-${a}-${missing}</strom.cache.name>"
+                   "</properties></project>")
+    assert cache_name(pom) == "x-1-${missing}"

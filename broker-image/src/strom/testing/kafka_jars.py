@@ -29,10 +29,14 @@ __all__ = [
     "kafka_version",
     "libs_dir",
     "pom_path",
+    "spark_kafka_jars",
+    "spark_kafka_pom",
 ]
 
 #: Where the repository keeps the pom, relative to its root.
 POM_RELATIVE = Path("kafka-ref") / "pom.xml"
+#: Spark's Kafka connector (format("kafka")) and the jars it adds to pyspark.
+SPARK_POM_RELATIVE = Path("kafka-ref") / "spark-kafka" / "pom.xml"
 MARKER = ".complete"
 #: A cold fetch took 45 s on this VM (96 jars, 126 MB); leave room for a slow mirror.
 FETCH_TIMEOUT_S = 900.0
@@ -58,6 +62,31 @@ def pom_path() -> Path:
     raise KafkaToolMissing(
         f"no {POM_RELATIVE} above {Path(__file__).parent}: run from a checkout of the Strom "
         "repository or set STROM_KAFKA_POM to the pom's path")
+
+
+def spark_kafka_pom() -> Path:
+    """``kafka-ref/spark-kafka/pom.xml`` beside :func:`pom_path`."""
+    return pom_path().parent / SPARK_POM_RELATIVE.relative_to(POM_RELATIVE.parent)
+
+
+def spark_kafka_jars() -> list[Path]:
+    """The jars of Spark's Kafka connector (fetched if needed), for ``spark.jars``."""
+    return sorted(ensure_jars(spark_kafka_pom()).glob("*.jar"))
+
+
+def cache_name(pom: Path | None = None) -> str:
+    """The cache directory's name for a pom: its ``strom.cache.name`` property (with
+    ``${...}`` properties replaced) if it has one, else its ``kafka.version``."""
+    path = pom or pom_path()
+    props = ET.parse(path).getroot().find("m:properties", _NS)
+    values = {} if props is None else {
+        child.tag.split("}", 1)[-1]: (child.text or "").strip() for child in props}
+    name = values.get("strom.cache.name")
+    if not name:
+        return kafka_version(path)
+    for key, value in values.items():
+        name = name.replace("${" + key + "}", value)
+    return name
 
 
 def kafka_version(pom: Path | None = None) -> str:
@@ -93,7 +122,7 @@ def _pom_hash(pom: Path) -> str:
 def is_fetched(pom: Path | None = None) -> bool:
     """True if the cache holds the jars of this very pom."""
     path = pom or pom_path()
-    marker = libs_dir(kafka_version(path)) / MARKER
+    marker = libs_dir(cache_name(path)) / MARKER
     try:
         return marker.read_text().split()[0] == _pom_hash(path)
     except (OSError, IndexError):
@@ -114,7 +143,7 @@ def _locked(path: Path) -> Iterator[None]:
 def ensure_jars(pom: Path | None = None, *, quiet: bool = True) -> Path:
     """The libs directory with every jar of the pom, fetching them first if needed."""
     path = (pom or pom_path()).resolve()
-    version = kafka_version(path)
+    version = cache_name(path)
     libs = libs_dir(version)
     if is_fetched(path):
         return libs
@@ -161,11 +190,12 @@ def main() -> int:
     try:
         started = time.monotonic()
         libs = ensure_jars(quiet=False)
+        spark = ensure_jars(spark_kafka_pom(), quiet=False)
     except KafkaToolMissing as err:
         print(f"kafka-ref: error: {err}", file=sys.stderr)
         return 1
-    print(f"kafka-ref: {len(list(libs.glob('*.jar')))} jars in {libs} "
-          f"({time.monotonic() - started:.1f} s)", file=sys.stderr)
+    print(f"kafka-ref: {len(list(libs.glob('*.jar')))} jars in {libs}, Spark's Kafka connector "
+          f"in {spark} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
     print(libs)
     return 0
 

@@ -17,34 +17,23 @@ import logging
 import re
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Unpack
+from typing import Any, Unpack
 
-from strom.client.fetcher import ConsumerCore, ConsumerOptions, ConsumerSettings
-from strom.client.group_member import (
-    GroupMember,
-    RebalanceCallbacks,
-    check_listener,
-    compile_subscription,
-    listener_calls,
-    mixed_error,
-    no_group_error,
-    validate_offsets,
-)
+from strom.client.consumer_front import ConsumerFront
+from strom.client.fetcher import ConsumerOptions
+from strom.client.group_member import GroupMember, RebalanceCallbacks, listener_calls
 from strom.client.loop_thread import LoopThread
 from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 from strom.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.errors import StromError
 from strom.protocol.records import Record
 
 log = logging.getLogger("strom.client.consumer")
 
-CommitCallback = Callable[[dict[TopicPartition, int], BaseException | None], object]
 
-
-class Consumer:
+class Consumer(ConsumerFront):
     """Kafka-style consumer: a group member (``subscribe``) or manually assigned (``assign``).
 
     Not thread-safe (as in Kafka): one thread calls its methods.
@@ -52,21 +41,11 @@ class Consumer:
 
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092",
                  **options: Unpack[ConsumerOptions]) -> None:
-        self._settings = ConsumerSettings.build(bootstrap_servers, **options)
         self._cond = threading.Condition()
         self._seq = 0
-        self._core = ConsumerCore(self._settings, self._notify)
+        super().__init__(bootstrap_servers, **options)
         self._thread = LoopThread("strom-consumer")
-        self._closed = False
-        self._timeout_s = self._settings.request_timeout_ms / 1000.0
-        self._group = (GroupMember(self._settings, self._core)
-                       if self._settings.group_id is not None else None)
-        self._listener: object | None = None
-        self._manual = False
         self._step: concurrent.futures.Future[RebalanceCallbacks | None] | None = None
-        self._commit_done: deque[tuple[CommitCallback, dict[TopicPartition, int],
-                                       BaseException | None]] = deque()
-        self._next_auto_commit = time.monotonic() + self._settings.auto_commit_interval_ms / 1e3
 
         async def _start() -> None:
             self._core.start()
@@ -78,33 +57,10 @@ class Consumer:
             self._seq += 1
             self._cond.notify_all()
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StromError(ErrorCode.INVALID_REQUEST, "the consumer is closed")
+    def _schedule(self, fn: Callable[..., object], *args: Any) -> None:
+        self._thread.call_soon(fn, *args)
 
-    # --- assignment and positions --------------------------------------------------------
-    def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Consume exactly these partitions (replacing any previous assignment)."""
-        self._check_open()
-        tps = [TopicPartition(*tp) for tp in partitions]
-        if self._group is not None and self._group.subscribed:
-            raise mixed_error()
-        self._manual = bool(tps)
-        with self._core.subs.lock:
-            self._core.subs.assign(tps)
-        self._thread.call_soon(self._core.cancel_fetches)
-
-    def assignment(self) -> set[TopicPartition]:
-        with self._core.subs.lock:
-            return set(self._core.subs.states)
-
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        """Next ``poll()`` returns ``partition`` from ``offset`` (or OFFSET_BEGINNING / _END)."""
-        self._check_open()
-        with self._core.subs.lock:
-            self._core.subs.seek(partition, offset)
-        self._thread.call_soon(self._core.cancel_fetches)
-
+    # --- positions -----------------------------------------------------------------------
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         for tp in partitions or tuple(self.assignment()):
             self.seek(tp, OFFSET_BEGINNING)
@@ -115,27 +71,18 @@ class Consumer:
 
     def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
         """The offset of the next record ``poll()`` returns for ``partition`` (resolving resets)."""
-        self._check_open()
+        self._ready()
         deadline = time.monotonic() + (self._timeout_s if timeout is None else timeout)
-        subs = self._core.subs
         while True:
             with self._cond:
                 seq = self._seq
-            with subs.lock:
-                st = subs.state(partition)
-                if st.position is not None:
-                    return st.position
-                if subs.errors:
-                    raise subs.errors.popleft()
-                if st.reset is None and not st.resetting:
-                    raise StromError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                                     f"{partition} has no position and auto_offset_reset="
-                                     f"'none'; seek() first")
+            position = self._known_position(partition)
+            if position is not None:
+                return position
             self._thread.call_soon(self._core.wake)
             left = deadline - time.monotonic()
             if left <= 0:
-                raise StromError(ErrorCode.REQUEST_TIMED_OUT,
-                                 f"could not resolve the position of {partition}")
+                raise self._position_timeout(partition)
             with self._cond:
                 if self._seq == seq:
                     self._cond.wait(min(left, 0.5))
@@ -147,7 +94,7 @@ class Consumer:
         return self._lookup(partitions, LATEST_TIMESTAMP)
 
     def _lookup(self, partitions: Iterable[TopicPartition], ts: int) -> dict[TopicPartition, int]:
-        self._check_open()
+        self._ready()
         wanted = {TopicPartition(*tp): ts for tp in partitions}
         found = self._thread.run(self._core.list_offsets(wanted))
         return {tp: off for tp, (off, _) in found.items()}
@@ -155,105 +102,42 @@ class Consumer:
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]
                           ) -> dict[TopicPartition, tuple[int, int] | None]:
         """{tp: ms} -> {tp: (offset, timestamp) of the first record at or after it, or None}."""
-        self._check_open()
-        for tp, ts in timestamps.items():
-            if ts < 0:
-                raise StromError(ErrorCode.INVALID_TIMESTAMP,
-                                 f"offsets_for_times: timestamp {ts} for {tp} must be >= 0")
-        found = self._thread.run(self._core.list_offsets(
-            {TopicPartition(*tp): ts for tp, ts in timestamps.items()}))
-        return {tp: (None if off < 0 else (off, ts)) for tp, (off, ts) in found.items()}
+        self._ready()
+        wanted = self._timestamp_request(timestamps)
+        return self._offsets_and_times(self._thread.run(self._core.list_offsets(wanted)))
 
     # --- consumer groups -----------------------------------------------------------------
     def subscribe(self, topics: list[str] | None = None, pattern: str | re.Pattern[str] | None
                   = None, listener: object | None = None) -> None:
         """Join ``group_id`` reading ``topics`` (or every topic matching ``pattern``, re-checked
         every ``metadata_max_age_ms``); the group's assignor decides which partitions are ours.
-        ``listener`` (a ``ConsumerRebalanceListener``) hears of every change inside ``poll()``."""
-        self._check_open()
-        if self._group is None:
-            raise no_group_error("subscribe()")
-        if self._manual:
-            raise mixed_error()
-        names, compiled = compile_subscription(topics, pattern)
-        check_listener(listener)
-        if compiled is None and not names:
+        ``listener`` (a ``ConsumerRebalanceListener``) hears of every change inside ``poll()``.
+        Subscribing to no topic unsubscribes."""
+        if not self._start_subscription(topics, pattern, listener):
             self.unsubscribe()
-            return
-        self._listener = listener
-        self._group.subscribe(names, compiled)
-        self._thread.call_soon(self._core.wake)
-
-    def subscription(self) -> set[str]:
-        """The topics subscribed to (for a pattern: those it matched at the last check)."""
-        g = self._group
-        return set(g.topics) if g is not None and g.subscribed else set()
 
     def unsubscribe(self) -> None:
         """Leave the group (revoking the partitions first) or drop a manual assignment."""
-        self._check_open()
+        self._ready()
         g = self._group
         if g is not None and g.subscribed:
             self._wait_step()
             self._revoke_and_leave(g, "the consumer unsubscribed from all topics")
             g.unsubscribe()
-        self._manual = False
-        with self._core.subs.lock:
-            self._core.subs.assign([])
-        self._thread.call_soon(self._core.cancel_fetches)
+        self._drop_assignment()
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Commit ``offsets`` (default: the position of every assigned partition, i.e. what
         ``poll()`` has returned so far) and wait. Raises ``CommitFailedError`` if the group
         rebalanced meanwhile."""
-        self._check_open()
-        g = self._group
-        if g is None:
-            raise no_group_error("commit()")
-        self._run_commit_callbacks()
-        self._thread.run(g.commit(None if offsets is None else validate_offsets(offsets)))
-
-    def commit_async(self, offsets: Mapping[TopicPartition, int] | None = None,
-                     callback: CommitCallback | None = None) -> None:
-        """Commit without waiting; ``callback(offsets, error_or_None)`` runs in a later
-        ``poll()`` (or ``commit()``/``close()``) on this thread."""
-        self._check_open()
-        g = self._group
-        if g is None:
-            raise no_group_error("commit_async()")
-        wanted = None if offsets is None else validate_offsets(offsets)
-
-        def done(committed: dict[TopicPartition, int], error: BaseException | None) -> None:
-            if callback is not None:
-                self._commit_done.append((callback, committed, error))
-                self._notify()
-
-        self._thread.call_soon(g.commit_in_background, wanted, done)
+        g, wanted = self._commit_request(offsets)
+        self._thread.run(g.commit(wanted))
 
     def committed(self, partitions: Iterable[TopicPartition]
                   ) -> dict[TopicPartition, int | None]:
         """The group's committed offset per partition (None where nothing is committed)."""
-        self._check_open()
-        g = self._group
-        if g is None:
-            raise no_group_error("committed()")
+        g = self._member("committed()")
         return self._thread.run(g.fetch_committed([TopicPartition(*tp) for tp in partitions]))
-
-    def _run_commit_callbacks(self) -> None:
-        while self._commit_done:
-            callback, offsets, error = self._commit_done.popleft()
-            callback(offsets, error)
-
-    def _maybe_auto_commit(self, g: GroupMember) -> None:
-        if not self._settings.enable_auto_commit:
-            return
-        now = time.monotonic()
-        if now < self._next_auto_commit:
-            return
-        self._next_auto_commit = now + self._settings.auto_commit_interval_ms / 1000.0
-        if (g.subscribed and g.generation >= 0 and not g.rejoin_needed) or (
-                self._manual and not g.subscribed):
-            self._thread.call_soon(g.commit_in_background, None, None)
 
     def _deliver(self, cb: RebalanceCallbacks) -> None:
         for fn, partitions in listener_calls(self._listener, cb):
@@ -264,10 +148,9 @@ class Consumer:
         """Settle, hand the owned partitions to the listener (revoked, or lost without a
         generation), then leave the group."""
         self._thread.run(g.settle())
-        owned = sorted(g.owned)
-        if owned:
-            self._deliver(RebalanceCallbacks(revoked=owned) if g.generation >= 0
-                          else RebalanceCallbacks(lost=owned))
+        cb = self._leaving_callbacks(g)
+        if cb is not None:
+            self._deliver(cb)
         self._thread.run(g.leave(reason), timeout=timeout)
 
     def _wait_step(self) -> None:
@@ -311,15 +194,11 @@ class Consumer:
     # --- consuming -----------------------------------------------------------------------
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[Record]:
         """Records fetched so far (up to ``max_records``), waiting up to ``timeout_ms`` for some."""
-        self._check_open()
+        self._ready()
         limit = max_records or self._settings.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000.0
         core = self._core
-        g = self._group
-        if g is not None:
-            g.last_poll_ms = time.monotonic() * 1000.0
-            self._run_commit_callbacks()
-            self._maybe_auto_commit(g)
+        g = self._poll_prelude()
         while True:
             with self._cond:
                 seq = self._seq
@@ -362,7 +241,7 @@ class Consumer:
             return
         self._wait_step()
         try:
-            if self._settings.enable_auto_commit and (g.generation >= 0 or self._manual):
+            if self._commit_on_close(g):
                 try:
                     self._thread.run(g.commit(), timeout=self._timeout_s)
                 except (StromError, TimeoutError) as exc:

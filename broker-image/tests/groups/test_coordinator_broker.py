@@ -17,7 +17,7 @@ from prometheus_client import generate_latest
 from strom.broker import produce
 from strom.broker.coordinator import GroupCoordinator, handlers
 from strom.broker.core import BrokerCore
-from strom.groups.assignors import MemberSubscription, range_assign
+from strom.client.assignors import MemberSubscription, range_assign
 from strom.groups.offsets import OFFSETS_TOPIC, partition_for_group
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import encode_batch

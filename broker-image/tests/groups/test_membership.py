@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Sequence
 from typing import TypeVar
 
-from strom.groups.assignors import MemberSubscription, range_assign
+from strom.client.assignors import MemberSubscription, range_assign
 from strom.groups.membership import (
     Group,
     GroupConfig,

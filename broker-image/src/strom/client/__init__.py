@@ -4,8 +4,8 @@ The public front is this module; everything else in the package is private. Pure
 (partitioner, accumulator, metadata routing, retry policy, offset bookkeeping) lives in modules of
 its own and is tested without sockets; the I/O (gRPC over ``grpc.aio``) is confined to
 ``connections``, ``sender``, ``fetcher``, ``offsets``, ``group_member`` and the front classes.
-The client imports ``strom.protocol``, and ``strom.groups.assignors`` (pure) for the group
-leader's assignment (import-linter contracts).
+The client imports only ``strom.protocol`` and ``strom.model`` (import-linter contracts); the
+group leader's assignors (``assignors``) are the client's own, as in Kafka.
 """
 
 from strom.client.admin import Admin

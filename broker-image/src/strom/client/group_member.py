@@ -14,7 +14,7 @@ the assignment, exactly where Kafka invokes ``onPartitionsRevoked``:
   after SyncGroup, revoke only what moved away and, if anything did, rejoin at once so the
   partitions reach their new owner in a follow-up generation.
 
-The leader runs the assignor (``strom.groups.assignors``) over the members' subscriptions and the
+The leader runs the assignor (``strom.client.assignors``) over the members' subscriptions and the
 partition counts from metadata. Heartbeats run as a task of their own every
 ``heartbeat_interval_ms``; they also enforce ``max_poll_interval_ms`` by leaving the group when
 the application stops polling (Kafka does the same), the partitions then count as lost.
@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from strom.client.assignors import ASSIGNORS, MemberSubscription
 from strom.client.commits import (
     COORDINATOR_ERRORS,
     CommitFailedError,
@@ -52,7 +53,6 @@ from strom.client.connections import rpc_error
 from strom.client.fetcher import ConsumerCore, ConsumerSettings
 from strom.client.models import TopicPartition
 from strom.client.positions import NoOffsetForPartitionError
-from strom.groups.assignors import ASSIGNORS, MemberSubscription
 from strom.protocol.errors import ErrorCode, Handling, StromError, codes_with, error_code_from_int
 from strom.protocol.v1 import broker_pb2, common_pb2, group_pb2, group_pb2_grpc
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strom.groups.assignors import (
+from strom.client.assignors import (
     ASSIGNORS,
     Assignment,
     MemberSubscription,

@@ -82,14 +82,12 @@ class AsyncProducer:
         if ks + vs > core.max_record_size:
             core.check_size(ks, vs)
         if not self._parked and partition is None and headers is None:
-            appended = core.append_fast(topic, key, value, ts)
+            appended = core.append_fast(topic, key, value, ts, on_delivery, ks, vs)
             if appended is not None:  # the open batch routing would pick (see append_fast)
                 batch, index = appended
                 if batch.async_futures is None:
                     batch.async_futures = []
                 batch.async_futures.append((index, ts, ks, vs, future))
-                if on_delivery is not None:
-                    batch.add_callback(index, ts, ks, vs, on_delivery)
                 return future
         hdrs = _EMPTY if headers is None else headers
         if self._parked or not self._try_append(topic, value, key, partition, ts, hdrs,

@@ -18,8 +18,7 @@ from types import TracebackType
 from typing import Unpack
 
 from strom.client.loop_thread import LoopThread
-from strom.client.models import TopicPartition
-from strom.client.producer_batch import DeliveryCallback, ProducerBatch, RecordFuture
+from strom.client.producer_batch import DeliveryCallback, RecordFuture
 from strom.client.sender import (
     BufferFull,
     NeedMetadata,
@@ -31,7 +30,6 @@ from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import Header
 
 _EMPTY: tuple[Header, ...] = ()
-_NO_HEADERS: list[Header] = []  # shared: the codec only reads it
 _time_ns = time.time_ns
 _new = object.__new__
 
@@ -52,9 +50,7 @@ class Producer:
         # what send()'s fast path reads, bound once
         self._max_record_size = self._core.max_record_size
         self._lock = self._core.acc.lock
-        self._sticky_open = self._core.sticky_open
-        self._metadata = self._core.metadata
-        self._batches = self._core.acc.batches
+        self._append_fast = self._core.append_fast
         self._closed = False
 
         async def _start() -> None:
@@ -86,43 +82,14 @@ class Producer:
         if ks + vs > self._max_record_size:
             self._core.check_size(ks, vs)
         if partition is None and headers is None:
-            # Fast paths (profiled: routing, the lock's context manager, the wrapper calls and
-            # Future.__init__ were most of send()): append straight to the open batch routing
-            # would pick — for null keys the batch the topic's records stick to, for keys the
-            # open batch of the key's partition. Anything else goes through routing.
-            batch: ProducerBatch | None = None
-            tp: TopicPartition | None = None
-            if key is None:
-                hot = self._sticky_open.get(topic)
-                if hot is not None and hot[1] == self._metadata.version:
-                    batch = hot[0]
-            else:
-                core = self._core
-                if core.routes_version == self._metadata.version:
-                    tps = core.routes.get(topic)
-                    if tps is not None:
-                        tp = tps[core.partitioner.partition_for_key(key, len(tps))]
-            if batch is not None or tp is not None:
-                lock = self._lock
-                lock.acquire()
-                try:
-                    if tp is not None:
-                        dq = self._batches.get(tp)
-                        batch = dq[-1] if dq else None
-                    if batch is not None and not batch.full:
-                        builder = batch.builder
-                        index = builder.count
-                        # the codec's append itself: a wrapper call was ~13 % of send()
-                        if builder.raw_append(index, ts, key, value, _NO_HEADERS) is not None:
-                            builder.count = index + 1
-                            if on_delivery is not None:
-                                batch.add_callback(index, ts, ks, vs, on_delivery)
-                            future = _new(RecordFuture)  # skips Future.__init__ (see the class)
-                            future._meta = (batch, index, ts, ks, vs)
-                            return future
-                        batch.full = True  # routing below starts the next batch as before
-                finally:
-                    lock.release()
+            # The open batch routing would pick, if there is one (ProducerCore.append_fast,
+            # shared with AsyncProducer); anything else goes through routing.
+            appended = self._append_fast(topic, key, value, ts, on_delivery, ks, vs)
+            if appended is not None:
+                batch, index = appended
+                future = _new(RecordFuture)  # skips Future.__init__ (see the class)
+                future._meta = (batch, index, ts, ks, vs)
+                return future
         return self._send_routed(topic, value, key, partition, ts, ks, vs,
                                  _EMPTY if headers is None else headers, on_delivery)
 

@@ -43,7 +43,7 @@ from strom.client.metadata import ClusterMetadata
 from strom.client.models import TopicPartition
 from strom.client.partitioner import DefaultPartitioner
 from strom.client.produce_request import encode_produce_request
-from strom.client.producer_batch import ProducerBatch
+from strom.client.producer_batch import DeliveryCallback, ProducerBatch
 from strom.protocol.errors import ErrorCode, Handling, StromError, codes_with, error_code_from_int
 from strom.protocol.records import Compression, Header, restamp_producer_state
 from strom.protocol.v1 import broker_pb2
@@ -246,12 +246,13 @@ class ProducerCore:
             return tps[self.partitioner.partition_for_key(key, n)], False, n
         return tps[self.partitioner.sticky_partition(topic, n)], True, n
 
-    def append_fast(self, topic: str, key: bytes | None, value: bytes | None, ts: int
+    def append_fast(self, topic: str, key: bytes | None, value: bytes | None, ts: int,
+                    on_delivery: DeliveryCallback | None = None, ks: int = 0, vs: int = 0
                     ) -> tuple[ProducerBatch, int] | None:
         """Append a record without partition or headers to the open batch routing would pick
         (null key: the topic's sticky batch; key: its partition's open batch) if there is one:
-        (batch, index), else None and the caller routes. ``Producer.send`` inlines these steps
-        (a call is a measurable share of its per-record cost); keep the two in step."""
+        (batch, index), else None and the caller routes. The one body of both producers' fast
+        path (``Producer.send`` and ``AsyncProducer.send``)."""
         batch: ProducerBatch | None = None
         tp: TopicPartition | None = None
         if key is None:
@@ -278,6 +279,8 @@ class ProducerCore:
                 batch.full = True  # routing starts the next batch
                 return None
             builder.count = index + 1
+            if on_delivery is not None:  # under the lock: the sender may complete the batch
+                batch.add_callback(index, ts, ks, vs, on_delivery)
             return batch, index
         finally:
             lock.release()

@@ -51,6 +51,22 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
+#: The states each state may be entered from: Kafka's ``ClassicGroupState.validPreviousStates``.
+#: Entering a state from any other is a bug in this module, so it raises instead of drifting.
+VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.PREPARING_REBALANCE: frozenset({
+        GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.DEAD: frozenset(GroupState),
+}
+
+
+class IllegalStateTransition(RuntimeError):
+    """A group was moved between two states Kafka's group state machine does not connect."""
+
+
 @dataclass(frozen=True)
 class GroupConfig:
     """Broker-side group settings (Kafka's ``group.*`` configs, same defaults)."""
@@ -907,6 +923,10 @@ class Group:
 
     def _set_state(self, new: GroupState) -> None:
         if new is not self.state:
+            if self.state not in VALID_PREVIOUS_STATES[new]:
+                raise IllegalStateTransition(
+                    f"group {self.group_id!r}: {self.state.value} -> {new.value} is not a "
+                    f"transition of the group state machine")
             self._out.append(StateChanged(self.group_id, self.state, new))
             self.state = new
         if new is GroupState.COMPLETING_REBALANCE:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build Strom's container images here and load them into the single-node cluster's containerd.
 #
-#   kube/images.sh            base image (once), broker and operator images, load into the node
+#   kube/images.sh [IMAGE...]  base image (once), then the images named (strom, strom-operator,
+#                              strom-spark; default all three), each loaded into the node if up
 #
 # No container registry is reachable from this machine, so the Dockerfiles' `python:3.11-slim`
 # base is replaced (build argument PYTHON_IMAGE) by an equivalent made from Debian bookworm:
@@ -70,7 +71,15 @@ build() {  # name dockerfile context
     nice -n 19 buildah bud --network host --layers --build-arg "PYTHON_IMAGE=$BASE" "${TRUST[@]}" \
         -f "$2" -t "$image" "$3" >"$CACHE/$1.build.log" 2>&1 \
         || die "building $image failed (see $CACHE/$1.build.log)"
-    buildah push "$image" "oci-archive:$CACHE/$1.tar:$image" >/dev/null 2>&1
+    # The archive is rewritten only when the image changed (the Spark image's is ~800 MB).
+    local id
+    id="$(buildah images --noheading --no-trunc --format '{{.ID}}' "$image" | head -1)"
+    if [ ! -s "$CACHE/$1.tar" ] || [ "$(cat "$CACHE/$1.id" 2>/dev/null)" != "$id" ]; then
+        buildah push "$image" "oci-archive:$CACHE/$1.tar.tmp:$image" >/dev/null 2>&1 \
+            || die "buildah push $image failed"
+        mv "$CACHE/$1.tar.tmp" "$CACHE/$1.tar"
+        printf '%s\n' "$id" >"$CACHE/$1.id"
+    fi
     if [ -S "$SOCK" ]; then
         ctr --address "$SOCK" -n k8s.io images import "$CACHE/$1.tar" >/dev/null \
             || die "ctr could not import $image into the node"
@@ -78,6 +87,14 @@ build() {  # name dockerfile context
     say "$image: $(( $(now) - t )) s, $(du -h "$CACHE/$1.tar" | cut -f1) (OCI archive)"
 }
 
-build strom "$ROOT/broker-image/Dockerfile" "$ROOT/broker-image"
-build strom-operator "$ROOT/operator/Dockerfile" "$ROOT"
+[ $# -gt 0 ] || set -- strom strom-operator strom-spark
+for name in "$@"; do
+    case "$name" in
+        strom) build strom "$ROOT/broker-image/Dockerfile" "$ROOT/broker-image" ;;
+        strom-operator) build strom-operator "$ROOT/operator/Dockerfile" "$ROOT" ;;
+        # The same base + Java 17 (Debian) + pyspark and strom-spark, its own entrypoint.
+        strom-spark) build strom-spark "$ROOT/spark-jobs/Dockerfile" "$ROOT" ;;
+        *) die "unknown image '$name' (strom, strom-operator or strom-spark)" ;;
+    esac
+done
 [ -S "$SOCK" ] && say "loaded into the node ($SOCK)" || say "the node is not up: images left in $CACHE"

@@ -43,6 +43,19 @@ def test_a_busy_lock_fails_after_the_wait_naming_the_holder(tmp_path: Path) -> N
             pass
         assert 1.4 < time.monotonic() - start < 5
         assert str(path) in str(err.value) and "sleep 30" in str(err.value)
+        # Without another timer (pytest-timeout's runs here) it blocks in flock, as flock -w.
+        code = ("import sys, time\n"
+                "from pathlib import Path\n"
+                "from strom.testing.kube import lock\n"
+                "start = time.monotonic()\n"
+                "try:\n"
+                f"    with lock.hold(Path({str(path)!r}), wait_s=1.5):\n"
+                "        sys.exit(1)\n"
+                "except lock.LockBusy:\n"
+                "    sys.exit(0 if 1.4 < time.monotonic() - start < 5 else 2)\n")
+        blocked = subprocess.run([sys.executable, "-c", code], timeout=30, capture_output=True,
+                                 text=True, check=False)
+        assert blocked.returncode == 0, blocked.stderr
     finally:
         os.killpg(holder.pid, signal.SIGKILL)  # flock and its sleep (which shares the lock)
         holder.wait()

@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -95,18 +97,49 @@ def hold(path: Path = DEFAULT_PATH, wait_s: float = DEFAULT_WAIT_S,
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
         start = time.monotonic()
-        told = False
-        while not _try(fd):
-            waited = time.monotonic() - start
-            if waited >= wait_s:
+        if not _try(fd):
+            if say is not None:
+                say(f"waiting up to {wait_s:.0f} s for {path} ({describe_holders(path)})")
+            if not _wait(fd, wait_s):
                 raise LockBusy(
                     f"the single-node Kubernetes is in use: {path} is still locked after "
-                    f"{waited:.0f} s ({describe_holders(path)}); wait for it, or run the "
-                    f"tests under `flock -w 5400 {path} ...`, or raise STROM_KUBE_LOCK_WAIT")
-            if not told and say is not None:
-                say(f"waiting up to {wait_s:.0f} s for {path} ({describe_holders(path)})")
-                told = True
-            time.sleep(POLL_S)
+                    f"{time.monotonic() - start:.0f} s ({describe_holders(path)}); wait for "
+                    f"it, or run the tests under `flock -w 5400 {path} ...`, or raise "
+                    "STROM_KUBE_LOCK_WAIT")
         yield
     finally:
         os.close(fd)  # closing the only descriptor releases the lock
+
+
+class _Expired(Exception):
+    pass
+
+
+def _expire(_signum: int, _frame: object) -> None:
+    raise _Expired
+
+
+def _wait(fd: int, wait_s: float) -> bool:
+    """Block in ``flock`` like ``flock -w`` does, so this waiter queues in the kernel with the
+    shell's waiters instead of polling behind them; the deadline is a SIGALRM timer (main
+    thread, and only if no other timer runs, e.g. pytest-timeout's; else it polls)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if _try(fd):
+                return True
+            time.sleep(POLL_S)
+        return _try(fd)
+    previous = signal.signal(signal.SIGALRM, _expire)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, max(wait_s, 0.001))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except _Expired:
+            return False
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        return True
+    finally:
+        signal.signal(signal.SIGALRM, previous)

@@ -148,6 +148,8 @@ def plot(rows: list[Result], path: Path) -> bool:
         ax.set_xticks([k + 0.4 for k in range(len(keys))],
                       [f"{w}\n{m}" for w, m in keys], fontsize=7)
         ax.set_ylabel(unit)
+        if unit == "ms":
+            ax.set_yscale("log")  # the default-pipelining latency is 100x the others
     top.legend(fontsize=7)
     bottom.legend(fontsize=7)
     fig.savefig(path, dpi=100, bbox_inches="tight")

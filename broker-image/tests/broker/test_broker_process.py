@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches, encode_batch
@@ -24,6 +25,7 @@ from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_
 from strom.storage.checkpoint import CLEAN_SHUTDOWN
 from strom.testing import BrokerProcess, BrokerStartError, free_port, running_broker
 from strom.testing.grpc_reads import fetch_all
+from strom.testing.waits import wait_until
 from strom.transport.status import from_rpc_error
 
 pytestmark = pytest.mark.integration
@@ -228,6 +230,14 @@ def test_kill_9_mid_produce_loses_no_acked_batch(broker: BrokerProcess) -> None:
         stubs.close()
 
 
+def _inflight(broker: BrokerProcess) -> float:
+    """The broker's ``strom_broker_inflight_requests``: gRPC calls being served now."""
+    with urllib.request.urlopen(broker.metrics_url, timeout=5) as resp:
+        text = resp.read().decode()
+    return next(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == "strom_broker_inflight_requests")
+
+
 def test_sigterm_is_graceful_and_exits_0(broker: BrokerProcess) -> None:
     stubs = Stubs(broker)
     stubs.create("bye")
@@ -237,7 +247,7 @@ def test_sigterm_is_graceful_and_exits_0(broker: BrokerProcess) -> None:
             min_bytes=1, max_wait_ms=60_000, partitions=[
                 broker_pb2.FetchPartition(topic="bye", partition=0, fetch_offset=1)]),
             timeout=60)
-        time.sleep(0.2)
+        wait_until(lambda: _inflight(broker) == 1, 10, what="the fetch to be in the long poll")
         started = time.monotonic()
         assert broker.terminate(timeout=20) == 0
         assert time.monotonic() - started < 10

@@ -670,38 +670,34 @@ def test_every_alert_has_a_case_that_fires_and_one_that_does_not(chart):
     assert len(alerts) >= 13
 
 
-def test_promtool_test_rules(chart, tmp_path):
-    """`promtool test rules` on the rules as the chart renders them with its default thresholds."""
+def _promtool_test_rules(tmp_path, rules_yaml):
+    """`promtool test rules` of the chart's alert tests against ``rules_yaml``."""
     promtool = require_tool("promtool", "Debian package prometheus")
-    rule = _prometheus_rule(chart, {"prometheusRule": {"enabled": True}})
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
+    (tmp_path / "rules.yaml").write_text(rules_yaml)
     (tmp_path / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
-    result = subprocess.run(
+    return subprocess.run(
         [promtool, "test", "rules", RULE_TESTS.name],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=tmp_path,
     )
+
+
+def test_promtool_test_rules(chart, tmp_path):
+    """`promtool test rules` on the rules as the chart renders them with its default thresholds."""
+    rule = _prometheus_rule(chart, {"prometheusRule": {"enabled": True}})
+    result = _promtool_test_rules(tmp_path, yaml.safe_dump(rule["spec"]))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
 
 def test_promtool_test_rules_catches_a_broken_alert(chart, tmp_path):
     """The alert tests can fail: a lag alert that never fires is caught."""
-    promtool = require_tool("promtool", "Debian package prometheus")
     rule = _prometheus_rule(chart, {"prometheusRule": {"enabled": True}})
     text = yaml.safe_dump(rule["spec"]).replace("> 10000", "> 1e12")
     assert text != yaml.safe_dump(rule["spec"])
-    (tmp_path / "rules.yaml").write_text(text)
-    (tmp_path / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
-    result = subprocess.run(
-        [promtool, "test", "rules", RULE_TESTS.name],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    result = _promtool_test_rules(tmp_path, text)
     assert result.returncode != 0 and "StromConsumerGroupLag" in result.stdout + result.stderr
 
 

@@ -22,12 +22,14 @@ import os
 import random
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from strom.broker.config import KEYS
 from strom.client import Consumer, Producer, RecordMetadata, TopicPartition
@@ -198,6 +200,19 @@ def assert_replicas_identical(cluster: Cluster, topic: str, partition: int,
                                   f"{len(batches)} vs {len(first)} batches")
 
 
+def _same_log_end(cluster: Cluster, topic: str, partition: int = 0) -> float | None:
+    """The log end offset every broker's /metrics shows for the partition, if they agree."""
+    per_broker = []
+    for broker in cluster.brokers.values():
+        with urllib.request.urlopen(broker.metrics_url, timeout=5) as response:
+            text = response.read().decode()
+        per_broker.append({sample.value for family in text_string_to_metric_families(text)
+                           for sample in family.samples if sample.name == "strom_log_end_offset"
+                           and sample.labels == {"topic": topic, "partition": str(partition)}})
+    agreed = set.union(*per_broker)
+    return agreed.pop() if all(per_broker) and len(agreed) == 1 else None
+
+
 def check_the_outcome(cluster: Cluster, stream: Stream, topic: str,
                       refused: tuple[int, str] | None = None) -> None:
     """The end of a one-partition, three-replica stream under faults: every acknowledged record
@@ -211,7 +226,8 @@ def check_the_outcome(cluster: Cluster, stream: Stream, topic: str,
         assert value not in {v for _, v in records[0]}, survived
     check_exactly_once(stream, records)
     cluster.wait_for_isr(topic, 0, 3, timeout=60)
-    time.sleep(1.0)  # followers fetch the high watermark's last move
+    cluster.wait_until(lambda: _same_log_end(cluster, topic), timeout=30,
+                       what=f"every replica of {topic}-0 to end at the same offset")
     cluster.stop()
     assert_replicas_identical(cluster, topic, 0, [0, 1, 2])
 

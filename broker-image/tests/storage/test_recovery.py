@@ -10,6 +10,8 @@ import pytest
 from strom.protocol.records import decode_batches, encode_batch
 from strom.storage import LogConfig, PartitionLog
 
+from .conftest import Clock, batch
+
 CONFIG = LogConfig(index_interval_bytes=100)
 
 
@@ -148,3 +150,22 @@ def test_leftovers_removed_and_epochs_rebuilt(tmp_path, clock):
     assert "00000000000000099999.index" not in names
     assert log.epochs == [(3, 0)]
     assert log.log_end_offset == ends[-1]
+
+
+def test_a_new_epoch_is_checkpointed_by_the_next_flush_and_rebuilt_after_a_crash(
+        tmp_path: Path, clock: Clock) -> None:
+    """An append that starts an epoch writes no file on the request path (issue 21: two fsyncs
+    per partition stalled a broker with 1,000 partitions); the next flush writes it, and a
+    crash before that loses nothing: recovery rebuilds the entry from the batches."""
+    directory = tmp_path / "t-0"
+    checkpoint = directory / "leader-epoch-checkpoint"
+    log = PartitionLog.open(directory, LogConfig(), topic="t", partition=0, clock=clock)
+    log.append_as_leader(batch(2), leader_epoch=1)
+    assert not checkpoint.exists()
+    log.flush()
+    assert checkpoint.read_text().split("\n")[2] == "1 0"
+    log.append_as_leader(batch(2), leader_epoch=2)
+    assert "2 2" not in checkpoint.read_text()  # not yet: no flush since
+    crashed = PartitionLog.open(directory, LogConfig(), topic="t", partition=0, clock=clock)
+    assert crashed.epochs == [(1, 0), (2, 2)]
+    assert crashed.log_end_offset == 4

@@ -295,7 +295,7 @@ class PartitionLog:
         start = self.log_end_offset
         try:
             if self._epochs.assign(leader_epoch, patched[0].base_offset):
-                self._epochs.save()
+                self._epochs.unsaved = True  # saved by the next flush
             self._write(buf, patched, now, offsets_from_headers=buf is records)
         except OSError as exc:
             raise self._io_failed(exc, start) from None
@@ -327,7 +327,7 @@ class PartitionLog:
             for h in headers:
                 changed = self._epochs.assign(h.leader_epoch, h.base_offset) or changed
             if changed:
-                self._epochs.save()
+                self._epochs.unsaved = True  # saved by the next flush
             self._write(records, headers, now)
         except OSError as exc:
             raise self._io_failed(exc, end) from None
@@ -753,6 +753,8 @@ class PartitionLog:
             return  # nothing more is written to a failed directory
         for seg in self._segments:
             seg.flush()
+        if self._epochs.unsaved:  # before the recovery point moves past its new entries
+            self._epochs.save()
         self._recovery_point = self.log_end_offset
         self._unflushed_messages = 0
         self._last_flush_ms = self._clock()

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import Any
 
 import pytest
 
 from strom.broker.core import BrokerCore
+from strom.controller.metadata import CreateTopic
 from strom.replication.state import PartitionView
 from strom.storage.config import LogConfig
 
@@ -91,3 +93,19 @@ async def test_a_long_metadata_change_keeps_the_loop_turning_and_the_broker_unfe
     assert not core.link.image.brokers[core.config.broker_id].fenced
     fenced: list[Any] = [r for r in caplog.records if r.getMessage().startswith("fencing broker")]
     assert not fenced, fenced[0].getMessage()
+
+
+async def test_a_committed_change_is_answered_while_publishing_it_takes_longer(
+        make_core: CoreFactory) -> None:
+    """CreateTopics of thousands of partitions: committed and in the image, the answer does not
+    wait for every log to open (it timed out at 10,000 partitions); they serve once published."""
+    core = await make_core()
+    _slow(core, 0.01)
+    started = time.monotonic()
+    index = await core.link.propose(
+        CreateTopic("wide", str(uuid.uuid4()), tuple((0,) for _ in range(300))), timeout_s=1.0)
+    assert time.monotonic() - started < 2.5
+    assert core.link.image.offset >= index and core.publisher.busy
+    assert core.replicas.get("wide", 299) is None
+    await core.link.wait_applied(index, 30)
+    assert core.replicas.get("wide", 299) is not None

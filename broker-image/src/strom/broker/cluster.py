@@ -190,7 +190,8 @@ class ClusterLink:
     # -- proposals ----------------------------------------------------------------------------
 
     async def propose(self, command: Command, timeout_s: float = PROPOSE_TIMEOUT_S) -> int:
-        """Append ``command`` to the metadata log; its offset once applied on this broker.
+        """Append ``command`` to the metadata log; its offset once applied (and, within the
+        timeout, published) on this broker.
 
         Raises the image's error (e.g. TOPIC_ALREADY_EXISTS) when the command did not apply, or
         NOT_CONTROLLER / REQUEST_TIMED_OUT when no leader took it in time.
@@ -226,7 +227,16 @@ class ClusterLink:
                 except StromError as err:
                     if not err.retriable or time.monotonic() >= deadline:
                         raise
-        await self.wait_applied(index, max(0.01, deadline - time.monotonic()))
+        try:
+            await self.wait_applied(index, max(0.01, deadline - time.monotonic()))
+        except StromError:
+            if self.image.offset < index:
+                raise
+            # Committed and in this broker's image; only publishing it (opening thousands of
+            # logs) is still under way. The change is made: answer, as Kafka's CreateTopics
+            # answers once the controller committed; the partitions serve once published
+            # (clients retry NOT_LEADER_OR_FOLLOWER meanwhile).
+            log.info("metadata offset %d committed; this broker is still publishing it", index)
         return index
 
     async def wait_applied(self, offset: int, timeout_s: float = PROPOSE_TIMEOUT_S) -> None:

@@ -101,3 +101,8 @@ Called with (dict "enabled" VALUE "kind" "PodMonitor" "root" $).
 {{- else if and (kindIs "bool" $on) $on -}}true
 {{- end -}}
 {{- end -}}
+
+{{/* The admission webhook's Service (a DNS label: at most 63 characters). */}}
+{{- define "strom.webhookName" -}}
+{{- printf "%s-webhook" (include "strom.fullname" . | trunc 55 | trimSuffix "-") -}}
+{{- end -}}

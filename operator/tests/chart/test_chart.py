@@ -31,6 +31,7 @@ from tests.helpers import CHART, CRDS, K8S_VERSION
 RELEASE = "rel"
 NAMESPACE = "strom-system"
 FULLNAME = "rel-strom"
+WEBHOOK = f"{FULLNAME}-webhook"
 #: Kinds kubernetes-validate has no schema for (prometheus-operator CRDs): checked structurally.
 MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 DASHBOARDS = {"cluster-overview", "topics", "consumer-groups", "controller", "operator"}
@@ -84,6 +85,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "podAnnotations": {"example/scrape": "true"},
     },
     "no-rbac-no-sa": {"rbac": {"create": False}, "serviceAccount": {"create": False}},
+    "no-webhook": {"webhook": {"enabled": False}},
 }
 
 
@@ -145,7 +147,10 @@ def test_every_rendered_object_is_valid_kubernetes(chart, variant):
 
 
 def test_inventory_per_variant(chart):
-    base = ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"]
+    webhook = ["Service", "Secret", "ValidatingWebhookConfiguration"]
+    webhook_rbac = ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
+    base = ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+            *webhook, *webhook_rbac]
     rbac_cluster_wide = ["ClusterRole", "ClusterRoleBinding"]
     dashboards = ["ConfigMap"] * len(DASHBOARDS)
     sa = ["ServiceAccount"]
@@ -166,7 +171,9 @@ def test_inventory_per_variant(chart):
         "no-dashboards": base + rbac_cluster_wide + sa,
         "dashboards-elsewhere": base + rbac_cluster_wide + dashboards + sa,
         "custom": base + rbac_cluster_wide + dashboards + sa,
-        "no-rbac-no-sa": ["Deployment", "Service", *dashboards],
+        "no-rbac-no-sa": ["Deployment", "Service", *webhook, *dashboards],
+        "no-webhook": ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+                       *rbac_cluster_wide, *dashboards, *sa],
     }
     assert set(expected) == set(VARIANTS)
     for variant, want in expected.items():
@@ -176,7 +183,8 @@ def test_inventory_per_variant(chart):
 def test_namespaced_objects_carry_the_release_namespace(chart):
     for variant in VARIANTS:
         for obj in render(chart, VARIANTS[variant]):
-            if obj["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
+            if obj["kind"] in {"ClusterRole", "ClusterRoleBinding",
+                               "ValidatingWebhookConfiguration"}:
                 assert "namespace" not in obj["metadata"]
             elif obj["kind"] in {"Role", "RoleBinding"}:
                 assert obj["metadata"]["namespace"] in {NAMESPACE, "team-a", "team-b"}
@@ -305,7 +313,9 @@ def test_deployment_defaults(chart):
     app_version = chart.metadata["appVersion"]
     assert container["image"] == f"ghcr.io/strom/strom-operator:{app_version}"
     assert container["imagePullPolicy"] == "IfNotPresent"
-    assert container["args"] == ["--log-level=INFO"]  # cluster-wide: no --namespace
+    # cluster-wide: no --namespace; the webhook flags are checked in the webhook's test
+    assert [a for a in container["args"] if not a.startswith("--webhook-")] == [
+        "--log-level=INFO"]
     assert _env(container) == {
         "STROM_OPERATOR_ADMIN_TIMEOUT_MS": "5000",
         "STROM_OPERATOR_REBALANCE_THROTTLE": "52428800",
@@ -321,7 +331,7 @@ def test_deployment_defaults(chart):
     }
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 8081, "health": 8080}
+    assert ports == {"metrics": 8081, "health": 8080, "webhook": 9443}
     # The liveness probe hits the endpoint strom-operator serves by default.
     default_liveness = operator_main.parse_args([]).liveness
     assert default_liveness == "http://0.0.0.0:8080/healthz"
@@ -334,7 +344,8 @@ def test_deployment_gets_custom_values(chart):
     container = _container(objs)
     assert container["image"] == "registry.example/strom-op:9.9.9"
     assert container["imagePullPolicy"] == "Always"
-    assert container["args"] == ["--log-level=DEBUG"]
+    assert [a for a in container["args"] if not a.startswith("--webhook-")] == [
+        "--log-level=DEBUG"]
     env = _env(container)
     assert env.pop("STROM_OPERATOR_POD_LABELS").endswith("app.kubernetes.io/instance=rel")
     assert env.pop("STROM_OPERATOR_NAMESPACE") == "metadata.namespace"
@@ -362,7 +373,7 @@ def test_deployment_gets_custom_values(chart):
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "strom-op", "namespace": NAMESPACE}
         ]
-    service = one(objs, "Service")
+    service = one(objs, "Service", f"{FULLNAME}-metrics")
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9100, "targetPort": "metrics"}]
 
 
@@ -515,7 +526,7 @@ def _scope_and_name(obj: dict[str, Any]) -> tuple[str | None, str]:
 def test_rbac_grants_exactly_what_the_operator_uses(chart, variant):
     objs = render(chart, VARIANTS[variant])
     cluster_wide = VARIANTS[variant].get("watch", {}).get("clusterWide", True)
-    roles = _operator_roles(objs)
+    roles = [r for r in _operator_roles(objs) if r["metadata"]["name"] != WEBHOOK]
     watched = {NAMESPACE} if variant != "namespaced" else {"team-a", "team-b"}
     assert {r["metadata"]["namespace"] for r in roles if r["kind"] == "Role"} == (
         set() if cluster_wide else watched
@@ -764,3 +775,52 @@ def test_chart_metadata(chart):
     meta = chart.metadata
     assert meta["apiVersion"] == "v2" and meta["name"] == "strom" and meta["type"] == "application"
     assert re.match(r"^\d+\.\d+\.\d+$", meta["version"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The admission webhook: registered for the three kinds, served through its Service, its
+# certificate kept by the operator (which may touch only that Secret and that configuration).
+
+
+@pytest.mark.parametrize("variant", ["defaults", "namespaced"])
+def test_webhook_is_registered_for_the_three_kinds_through_its_service(chart, variant):
+    objs = render(chart, VARIANTS[variant])
+    config = one(objs, "ValidatingWebhookConfiguration", FULLNAME)
+    hooks = {h["rules"][0]["resources"][0]: h for h in config["webhooks"]}
+    assert set(hooks) == {"stromclusters", "stromtopics", "stromconsumergroups"}
+    service = one(objs, "Service", WEBHOOK)
+    deployment = one(objs, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}["webhook"]
+    assert service["spec"]["ports"] == [{"name": "webhook", "port": 443,
+                                         "targetPort": "webhook"}]
+    assert container["readinessProbe"]["tcpSocket"]["port"] == "webhook"
+    args = operator_main.parse_args(container["args"])
+    assert (args.webhook_port, args.webhook_service, args.webhook_secret,
+            args.webhook_configuration) == (port, WEBHOOK, f"{WEBHOOK}-tls", FULLNAME)
+    for plural, hook in hooks.items():
+        assert hook["clientConfig"]["service"] == {
+            "name": WEBHOOK, "namespace": NAMESPACE, "path": f"/validate-{plural}", "port": 443}
+        assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+        assert hook["sideEffects"] == "None" and hook["failurePolicy"] == "Fail"
+        if variant == "namespaced":
+            assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == [
+                "team-a", "team-b"]
+        else:
+            assert "namespaceSelector" not in hook
+    assert one(objs, "Secret", f"{WEBHOOK}-tls").get("data") is None  # the operator fills it
+
+
+def test_webhook_rbac_is_its_own_secret_and_configuration_only(chart):
+    objs = render(chart, {})
+    role = one(objs, "Role", WEBHOOK)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
+                              "resourceNames": [f"{WEBHOOK}-tls"], "verbs": ["get", "patch"]}]
+    cluster_role = one(objs, "ClusterRole", WEBHOOK)
+    assert cluster_role["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
+                                      "resources": ["validatingwebhookconfigurations"],
+                                      "resourceNames": [FULLNAME], "verbs": ["get", "patch"]}]
+    assert WEBHOOK in {r["metadata"]["name"] for r in _operator_roles(objs)}
+    assert [o for o in render(chart, VARIANTS["no-webhook"])
+            if o["kind"] == "ValidatingWebhookConfiguration"] == []

@@ -76,10 +76,18 @@ class KubeApi(Protocol):
         self, api_version: str, kind: str, namespace: str | None, name: str, replicas: int
     ) -> None: ...
 
+#: What the admission webhook's start-up touches (its own Secret and configuration only; the chart
+#: grants those by name, apart from the table above).
+WEBHOOK_RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
+    ("v1", "Secret"): ("secrets", True),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): (
+        "validatingwebhookconfigurations", False),
+}
+
 
 def path_of(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
     try:
-        plural, namespaced = RESOURCES[(api_version, kind)]
+        plural, namespaced = (RESOURCES | WEBHOOK_RESOURCES)[(api_version, kind)]
     except KeyError:
         raise ValueError(f"strom-operator does not manage {kind} ({api_version})") from None
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"

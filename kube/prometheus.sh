@@ -35,7 +35,7 @@ dir=$(go mod download -json "github.com/prometheus/prometheus@$MODULE_VERSION" \
 [ -n "$dir" ] && [ -d "$dir" ] || die "go mod download gave no source directory"
 mkdir -p "$(dirname "$OUT")"
 say "building Prometheus $VERSION (tags remove_all_sd,enable_kubernetes_sd)"
-(cd "$dir" && go build -trimpath -tags remove_all_sd,enable_kubernetes_sd \
+(cd "$dir" && go build -tags remove_all_sd,enable_kubernetes_sd \
     -ldflags "-X github.com/prometheus/common/version.Version=$VERSION" \
     -o "$OUT.tmp" ./cmd/prometheus)
 mv "$OUT.tmp" "$OUT"

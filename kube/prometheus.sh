@@ -26,6 +26,10 @@ die() { printf 'prometheus build: error: %s\n' "$*" >&2; exit 1; }
 
 if [ "${1:-}" = "--print" ]; then echo "$OUT"; exit 0; fi
 if [ -x "$OUT" ]; then say "reusing $OUT (delete it to rebuild)"; echo "$OUT"; exit 0; fi
+mkdir -p "$(dirname "$OUT")"
+exec 9>"$(dirname "$OUT")/.build.lock"
+flock 9  # one build at a time; a second caller reuses the first one's binary
+if [ -x "$OUT" ]; then say "reusing $OUT"; echo "$OUT"; exit 0; fi
 command -v go >/dev/null 2>&1 || die "go is not installed (Go 1.24+ is needed)"
 export GOTOOLCHAIN=local
 started=$(date +%s)

@@ -56,6 +56,7 @@ READINGS = "sensor-readings"
 START = 1_700_000_000_000
 HOT, SHAKY = {"s001": [1], "s004": [3, 4]}, {"s002": [2]}
 TEMPERATURE, VIBRATION = 90.0, 6.0
+SUBMIT_DIRS: list[Path] = []
 
 
 def _load(name: str) -> ModuleType:
@@ -181,6 +182,8 @@ spec:
             timings["fill 961 readings"] = round(time.monotonic() - t, 1)
             yield kube
         finally:
+            for folder in SUBMIT_DIRS:
+                shutil.rmtree(folder, ignore_errors=True)
             print(f"spark flow timings: {json.dumps(timings)}")
             kube.run("kubectl", "delete", "namespace", NS, "--timeout=300s", timeout=330)
 
@@ -192,6 +195,7 @@ def _submission_auth(kube: KubeCluster, run: str) -> tuple[Path, Path, Path]:
     the kubeconfig ("Invalid DER: object is not integer" in PKCS1Util), so submission uses what a
     CI system would: a ServiceAccount token (``spark.kubernetes.authenticate.submission.*``)."""
     home = Path(tempfile.mkdtemp(prefix=f"strom-spark-submit-{run}-"))
+    SUBMIT_DIRS.append(home)  # removed by the module fixture (they hold a token)
     token = home / "token"
     token.write_text(kube.kubectl("-n", NS, "create", "token", "spark", "--duration=1h").strip())
     cluster = kube.kubectl_json("config", "view", "--raw", "--minify")["clusters"][0]["cluster"]

@@ -42,12 +42,13 @@ from strom.testing.kube.fixture import KubeCluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.integration, pytest.mark.timeout(1500)]
 
-#: Known failure, recorded (docs/decisions.md, "Spark-on-Kubernetes"): spark-submit exits 1
-#: before the driver pod exists (Spark's fabric8 client; first with the kubeconfig's ECDSA key,
-#: then with the ServiceAccount token). Strict: the day it passes, this marker must go.
+#: Known failure, recorded (docs/decisions.md, "Spark-on-Kubernetes"): the job does not complete
+#: yet (with the kubeconfig's ECDSA key spark-submit failed before the driver pod existed; with
+#: the ServiceAccount token the driver pod is created, the run still fails, cause not traced).
+#: Strict: the day it passes, this marker must go.
 KNOWN_FAILURE = pytest.mark.xfail(
-    strict=True, reason="spark-submit to this cluster fails before the driver pod is created "
-    "(fabric8 client); see docs/decisions.md")
+    strict=True, reason="the Spark job on this cluster does not complete yet (driver pod "
+    "created with the ServiceAccount token, run fails; cause not traced); see docs/decisions.md")
 
 SPARK_JOBS = Path(__file__).resolve().parents[2]
 NS, CLUSTER = "spark-jobs", "iot"

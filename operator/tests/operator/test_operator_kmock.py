@@ -286,6 +286,7 @@ async def test_bad_topic_gets_a_status_error(operator):
     assert "spec.partitions" in ready()["message"] and "retention.msec" in ready()["message"]
 
 
+@pytest.mark.integration
 async def test_topic_reaches_real_brokers_through_the_operator(operator, tmp_path, monkeypatch):
     """kopf + handlers + AdminClusterAdmin + a real broker: a StromTopic becomes a topic, its
     status says so, and deleting it (deletionPolicy Delete) deletes the topic."""

@@ -27,6 +27,8 @@ import io
 import os
 import random
 import struct
+import subprocess
+import sys
 import time
 import typing
 import uuid
@@ -541,6 +543,75 @@ def test_fuzz_targeted_frames(target: Target) -> None:
     assert target.outcome.counts == {"closed": len(frames) - 1, "answered": 1}
 
 
+#: Parses length-prefixed frames from stdin one by one, printing each index first: the frame
+#: that kills it is the last index printed.
+_PARSER = """
+import struct, sys
+from strom.broker.kafka.apis import SUPPORTED
+from strom.broker.kafka.frames import parse_request
+data = sys.stdin.buffer.read()
+at = index = 0
+while at < len(data):
+    (size,) = struct.unpack_from(">i", data, at)
+    frame = data[at + 4:at + 4 + size]
+    print(index, flush=True)
+    parse_request(frame[4:], SUPPORTED) if len(frame) >= 4 else None
+    at += 4 + size
+    index += 1
+print("done", flush=True)
+"""
+
+
+def without_process_killers(frames: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """(frames, killers): the frames whose parsing kills the process, set apart.
+
+    kio 0.6.5's native reader allocates what a length prefix declares before reading, and a
+    failed allocation aborts the process (Rust's ``handle_alloc_error``): an OffsetForLeaderEpoch
+    frame declaring a 26 GB topic name killed the test with "memory allocation of 208751936256
+    bytes failed". Sent to the broker it would kill the broker the same way, so those frames
+    are not sent; ``test_a_huge_declared_length_is_refused`` keeps the bug in sight (strict
+    xfail) until the parser bounds lengths by the bytes left.
+    """
+    kept: list[bytes] = []
+    killers: list[bytes] = []
+    start = 0
+    while start < len(frames):
+        rest = frames[start:]
+        stdin = b"".join(struct.pack(">i", len(f)) + f for f in rest)
+        run = subprocess.run([sys.executable, "-c", _PARSER], input=stdin, capture_output=True,
+                             timeout=300, check=False)
+        lines = run.stdout.decode().split()
+        if lines and lines[-1] == "done":
+            kept += rest
+            break
+        last = int(lines[-1]) if lines else 0
+        kept += rest[:last]
+        killers.append(rest[last])
+        start += last + 1
+    return kept, killers
+
+
 @pytest.mark.parametrize("key", sorted(SUPPORTED), ids=lambda k: APIS[k].name)
 def test_fuzz_api(target: Target, key: int) -> None:
-    _run(target, APIS[key].name, cases_for(key, random.Random(f"{SEED}-{key}")))
+    frames, killers = without_process_killers(cases_for(key, random.Random(f"{SEED}-{key}")))
+    if killers:
+        print(f"kafka {APIS[key].name}: {len(killers)} frames kill the parsing process (kio's "
+              f"native reader); not sent: {[f.hex()[:80] for f in killers]}")
+    _run(target, APIS[key].name, frames)
+
+
+#: OffsetForLeaderEpoch v4 whose first topic name declares ~26 GB (found by test_fuzz_api).
+HUGE_NAME_FRAME = bytes.fromhex(
+    "0000003b00170004a0ad8465000466757a7a000000003ae1f0ca9a61bbcf130000000299ea063b00b795"
+    "00000000000044000009636f6e73756d6572")
+
+
+@pytest.mark.xfail(strict=True, reason="kio 0.6.5's native reader aborts the process on a "
+                   "length prefix larger than memory (no fix released; 0.6.5 is the newest)")
+def test_a_huge_declared_length_is_refused() -> None:
+    """What Kafka's parser does: a declared length beyond the bytes left is a malformed
+    request (an error or a closed connection), never an allocation of what it declares."""
+    stdin = struct.pack(">i", len(HUGE_NAME_FRAME)) + HUGE_NAME_FRAME
+    run = subprocess.run([sys.executable, "-c", _PARSER], input=stdin, capture_output=True,
+                         timeout=120, check=False)
+    assert run.returncode == 0, run.stderr.decode()[-500:]

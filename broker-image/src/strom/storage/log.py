@@ -641,9 +641,8 @@ class PartitionLog:
         now = self._clock() if now_ms is None else now_ms
         if not self.config.compact or len(self._segments) < 2:
             return 0
-        infos = [compaction.CleanableSegment(s.base_offset, s.next_offset, s.size, -1,
-                                             s.max_timestamp) for s in self._segments[:-1]]
-        cleanable = self._segments[:compaction.cleanable_prefix(infos, self.config, now)]
+        prefix = compaction.cleanable_prefix(self._cleanable_segments(), self.config, now)
+        cleanable = self._segments[:prefix]
         latest: dict[bytes, int] = {}
         for seg in cleanable:
             for h, data in seg.iter_batches():

@@ -670,9 +670,10 @@ class PartitionLog:
                                                self.config.delete_retention_ms,
                                                seg.max_timestamp)
                 removed += kept.removed
-                if kept.tombstone_expiry_ms is not None:
-                    self._tombstone_expiry = min(kept.tombstone_expiry_ms,
-                                                 self._tombstone_expiry or kept.tombstone_expiry_ms)
+                due = kept.tombstone_expiry_ms
+                if due is not None and (self._tombstone_expiry is None
+                                        or due < self._tombstone_expiry):
+                    self._tombstone_expiry = due
                 if kept.data is not None:
                     os.write(fd, kept.data)
                     written += len(kept.data)

@@ -11,7 +11,7 @@ from google.rpc import code_pb2
 from kio.schema.errors import ErrorCode as KafkaErrorCode
 
 from strom.cli.main import UNREACHABLE
-from strom.client import commits, group_member, sender
+from strom.client import commits, group_state, sender
 from strom.protocol.errors import ERROR_TABLE, ErrorCode, Handling, codes_with
 from strom.transport.status import grpc_code_for
 
@@ -61,7 +61,7 @@ def test_client_and_cli_sets_come_from_the_table() -> None:
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
     assert codes_with(Handling.LOST_GENERATION) == commits.LOST_GENERATION_ERRORS
     assert {ErrorCode.ILLEGAL_GENERATION,
-                                          ErrorCode.UNKNOWN_MEMBER_ID} == group_member._RESET_ERRORS
+                                          ErrorCode.UNKNOWN_MEMBER_ID} == group_state.RESET_ERRORS
     assert {ErrorCode.UNKNOWN_PRODUCER_ID,
                                       ErrorCode.INVALID_PRODUCER_EPOCH} == sender._RESTAMP_ERRORS
     assert {ErrorCode.NETWORK_EXCEPTION, ErrorCode.BROKER_NOT_AVAILABLE,

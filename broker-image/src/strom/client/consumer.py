@@ -23,7 +23,8 @@ from typing import Any, Unpack
 
 from strom.client.consumer_front import ConsumerFront
 from strom.client.fetcher import ConsumerOptions
-from strom.client.group_member import GroupMember, RebalanceCallbacks, listener_calls
+from strom.client.group_member import GroupMember, listener_calls
+from strom.client.group_state import RebalanceCallbacks
 from strom.client.loop_thread import LoopThread
 from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 from strom.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP

@@ -19,13 +19,13 @@ from typing import Any, Unpack
 from strom.client.fetcher import ConsumerCore, ConsumerOptions, ConsumerSettings
 from strom.client.group_member import (
     GroupMember,
-    RebalanceCallbacks,
     check_listener,
     compile_subscription,
     mixed_error,
     no_group_error,
     validate_offsets,
 )
+from strom.client.group_state import RebalanceCallbacks
 from strom.client.models import TopicPartition
 from strom.protocol.errors import ErrorCode, StromError
 
@@ -199,7 +199,7 @@ class ConsumerFront:
         auto-commit is started when due."""
         g = self._group
         if g is not None:
-            g.last_poll_ms = time.monotonic() * 1000.0
+            g.polled()
             self._run_commit_callbacks()
             self._maybe_auto_commit(g)
         return g

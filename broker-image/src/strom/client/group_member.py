@@ -1,12 +1,18 @@
-"""The consumer's group membership: find the coordinator, join, assign, sync, heartbeat, commit.
+"""The consumer's group membership driver: the I/O around ``group_state.MembershipState``.
 
 Kafka's ``ConsumerCoordinator``, on the consumer's event loop (the private loop thread of
-``Consumer``, the caller's loop for ``AsyncConsumer``). The rebalance listener must run on the
-caller's thread inside ``poll()`` and may call ``commit()`` or ``seek()`` there, so the join is cut
-into *steps*: ``step()`` does network work until the next point where the application must be
-told something, and returns that (``RebalanceCallbacks``) -- the front runs the callbacks on its
-own thread, then asks for the next step. Revocation therefore happens before the partitions leave
-the assignment, exactly where Kafka invokes ``onPartitionsRevoked``:
+``Consumer``, the caller's loop for ``AsyncConsumer``): both fronts drive this one class, so
+join, sync, heartbeat, rebalance and commit behave the same in both. Every protocol rule (what
+an answer means, what to revoke, which phase may follow which) is in the sans-I/O
+``group_state``; this module finds the coordinator, sends the requests the state builds, feeds
+it the answers and the clock, applies assignments to the fetcher and runs the heartbeat task.
+
+The rebalance listener must run on the caller's thread inside ``poll()`` and may call
+``commit()`` or ``seek()`` there, so the join is cut into *steps*: ``step()`` does network work
+until the next point where the application must be told something, and returns that
+(``RebalanceCallbacks``) -- the front runs the callbacks on its own thread, then asks for the
+next step. Revocation therefore happens before the partitions leave the assignment, exactly
+where Kafka invokes ``onPartitionsRevoked``:
 
 - eager protocols (range, roundrobin, sticky, or any list holding one of them): auto-commit, then
   revoke *everything*, then JoinGroup;
@@ -31,15 +37,12 @@ import asyncio
 import contextlib
 import logging
 import re
-import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
-from strom.client.assignors import ASSIGNORS, MemberSubscription
 from strom.client.commits import (
     COORDINATOR_ERRORS,
     CommitFailedError,
@@ -51,30 +54,21 @@ from strom.client.commits import (
 from strom.client.config import InvalidOption
 from strom.client.connections import rpc_error
 from strom.client.fetcher import ConsumerCore, ConsumerSettings
+from strom.client.group_state import (
+    AssignmentPlan,
+    HeartbeatOutcome,
+    MembershipState,
+    RebalanceCallbacks,
+)
 from strom.client.models import TopicPartition
 from strom.client.positions import NoOffsetForPartitionError
-from strom.protocol.errors import ErrorCode, Handling, StromError, codes_with, error_code_from_int
-from strom.protocol.v1 import broker_pb2, common_pb2, group_pb2, group_pb2_grpc
+from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.v1 import broker_pb2, group_pb2, group_pb2_grpc
 
 log = logging.getLogger("strom.client.group")
 
-T = TypeVar("T")
-
-#: Errors after which the member is forgotten by the group: reset and rejoin (partitions lost).
-_RESET_ERRORS = codes_with(Handling.RESET_MEMBER)
 #: Join/sync rounds one step may take before it gives the caller's poll() control back.
 _MAX_ROUNDS = 20
-_GEN = struct.Struct(">i")
-
-
-@dataclass
-class RebalanceCallbacks:
-    """What the front must tell the listener, in this order: lost or revoked, then assigned."""
-
-    revoked: list[TopicPartition] = field(default_factory=list)
-    lost: list[TopicPartition] = field(default_factory=list)
-    assigned: list[TopicPartition] | None = None
-
 
 def _now_ms() -> float:
     return time.monotonic() * 1000.0
@@ -87,63 +81,51 @@ class GroupMember:
         assert settings.group_id is not None
         self.settings = settings
         self.group_id: str = settings.group_id
-        self.instance_id = settings.group_instance_id
         self.core = core
-        self.cooperative = settings.cooperative
-        # subscription (written by the front between polls)
-        self.subscribed = False
-        self.topics: frozenset[str] = frozenset()
-        self.pattern: re.Pattern[str] | None = None
-        self.sub_version = 0
-        # membership
-        self.member_id = ""
-        self.generation = -1
-        self.protocol: str | None = None
-        self.owned: set[TopicPartition] = set()
-        self.rejoin_needed = True
-        self.fatal: StromError | None = None
-        self.last_poll_ms = _now_ms()
-        self.backoff_until_ms = 0.0
-        self._failing_since_ms: float | None = None
-        """When joining started failing with errors (None: the last attempt did not fail)."""
-        self.next_pattern_check_ms = 0.0
-        self._joined_version = -1
-        self._joining = False
+        self.state = MembershipState(settings.group_id, settings, _now_ms())
         self._stepping = False
-        # the leader's partition counts when it assigned (a change calls for a rebalance)
-        self._assigned_counts: dict[str, int] | None = None
-        self._next_metadata_check_ms = 0.0
-        self._pending_apply: set[TopicPartition] | None = None  # the partitions to keep
         self._coordinator: str | None = None
         self._stubs: dict[str, group_pb2_grpc.GroupStub] = {}
         self._heartbeat: asyncio.Task[None] | None = None
         self._commits: set[asyncio.Task[Any]] = set()
-        self.closed = False
 
     # --- the front's view (any thread; plain attribute reads) -----------------------------
-    def subscribe(self, topics: frozenset[str], pattern: re.Pattern[str] | None) -> None:
-        self.subscribed = True
-        self.pattern = pattern
-        if pattern is None:
-            self.topics = topics
-        self.sub_version += 1
-        self.rejoin_needed = True
-        self.next_pattern_check_ms = 0.0
-
-    def needs_step(self, now_ms: float) -> bool:
-        if self.fatal is not None:
-            return True
-        if not self.subscribed or now_ms < self.backoff_until_ms:
-            return False
-        if self._pending_apply is not None:
-            return True
-        if self.pattern is not None and now_ms >= self.next_pattern_check_ms:
-            return True
-        return self.rejoin_needed or self.generation < 0
+    @property
+    def subscribed(self) -> bool:
+        return self.state.subscribed
 
     @property
-    def rebalance_timeout_ms(self) -> int:
-        return self.settings.max_poll_interval_ms
+    def topics(self) -> frozenset[str]:
+        return self.state.topics
+
+    @property
+    def generation(self) -> int:
+        return self.state.generation
+
+    @property
+    def member_id(self) -> str:
+        return self.state.member_id
+
+    @property
+    def rejoin_needed(self) -> bool:
+        return self.state.rejoin_needed
+
+    @property
+    def owned(self) -> set[TopicPartition]:
+        return self.state.owned
+
+    def subscribe(self, topics: frozenset[str], pattern: re.Pattern[str] | None) -> None:
+        self.state.subscribe(topics, pattern)
+
+    def unsubscribe(self) -> None:
+        self.state.unsubscribe()
+
+    def polled(self) -> None:
+        """The application called poll(): it is alive (max_poll_interval_ms)."""
+        self.state.polled(_now_ms())
+
+    def needs_step(self, now_ms: float) -> bool:
+        return self.state.needs_step(now_ms)
 
     # --- the join, one step at a time (on the loop) ---------------------------------------
     async def step(self) -> RebalanceCallbacks | None:
@@ -153,205 +135,76 @@ class GroupMember:
             return await self._step()
         finally:
             self._stepping = False
-            self.last_poll_ms = _now_ms()  # a long join inside poll() is not a stalled app
+            self.state.polled(_now_ms())  # a long join inside poll() is not a stalled app
 
     async def _step(self) -> RebalanceCallbacks | None:
-        if self.fatal is not None:
-            err, self.fatal = self.fatal, None
-            raise err
-        if not self.subscribed or self.closed:
+        st = self.state
+        st.take_fatal()
+        if not st.subscribed or st.closed:
             return None
-        if self._pending_apply is not None:
-            return await self._apply_pending()
+        if st.pending_apply is not None:
+            await self.settle()
+            return None
         try:
-            if self.pattern is not None and _now_ms() >= self.next_pattern_check_ms:
+            if st.pattern_check_due(_now_ms()):
                 await self._check_pattern()
-            if not (self.rejoin_needed or self.generation < 0):
+            if not st.wants_join():
                 return None
-            if self.owned and self.generation < 0:
-                # the group forgot us (session expired, left on poll timeout): the partitions
-                # may already be someone else's, so they are lost, not revoked (KIP-429)
-                lost = sorted(self.owned)
-                self._drop(self.owned)
-                return RebalanceCallbacks(lost=lost)
-            revoke = self._to_revoke_before_join()
+            lost = st.lost_before_join()
+            if lost:
+                self._drop(lost)
+                return RebalanceCallbacks(lost=sorted(lost))
+            revoke = st.revoke_before_join()
             if revoke:
                 if self.settings.enable_auto_commit:
                     await self._commit_quietly(self._positions(revoke))
-                self._pending_apply = self.owned - revoke
                 return RebalanceCallbacks(revoked=sorted(revoke))
             return await self._join_and_sync()
         except StromError as exc:
-            if exc.code is ErrorCode.FENCED_INSTANCE_ID or not (
-                    exc.retriable or exc.code in _RESET_ERRORS):
-                raise
-            self._check_failing_too_long(exc)
-            log.info("group %s: %s; retrying", self.group_id, exc)
-            self.backoff_until_ms = _now_ms() + self.settings.retry_backoff_ms
+            st.on_step_error(exc, _now_ms())
             return None
-
-    def _check_failing_too_long(self, exc: StromError) -> None:
-        """Raise ``exc`` once joining has failed for ``default_api_timeout_ms`` on end.
-
-        A coordinator that cannot store the group's metadata (its ``__consumer_offsets``
-        partition below min.insync.replicas) answers every SyncGroup with
-        COORDINATOR_NOT_AVAILABLE; retrying that forever left ``poll()`` silent. A coordinator
-        failover takes seconds, far below the bound. The rebalance protocol's own errors
-        (unknown member, illegal generation) are part of joining, not failures.
-        """
-        if exc.code in _RESET_ERRORS:
-            return
-        now = _now_ms()
-        if self._failing_since_ms is None:
-            self._failing_since_ms = now
-            return
-        failing_ms = now - self._failing_since_ms
-        if failing_ms >= self.settings.default_api_timeout_ms:
-            self._failing_since_ms = None
-            raise StromError(exc.code, f"group {self.group_id!r}: joining has failed for "
-                                       f"{failing_ms / 1000:.0f} s (default_api_timeout_ms="
-                                       f"{self.settings.default_api_timeout_ms}); last error: "
-                                       f"{exc.message}") from None
-
-    def _to_revoke_before_join(self) -> set[TopicPartition]:
-        if not self.owned:
-            return set()
-        if not self.cooperative:
-            return set(self.owned)
-        # cooperative: only what the new subscription no longer covers
-        return {tp for tp in self.owned if tp.topic not in self.topics}
-
-    async def _apply_pending(self) -> RebalanceCallbacks | None:
-        """Second half of a revocation: the listener has run, now the partitions really go."""
-        assert self._pending_apply is not None
-        keep = self._pending_apply
-        self._pending_apply = None
-        self._drop(self.owned - keep)
-        return None
 
     async def settle(self) -> None:
         """Finish a revocation whose callbacks were delivered (before leaving or closing)."""
-        if self._pending_apply is not None:
-            await self._apply_pending()
+        gone = self.state.take_pending()
+        if gone is not None:
+            self._drop(gone)
 
     def _drop(self, gone: set[TopicPartition]) -> None:
         if not gone:
             return
-        self.owned -= gone
+        self.state.dropped(gone)
         subs = self.core.subs
         with subs.lock:
             subs.assign([tp for tp in subs.states if tp not in gone])
         self.core.cancel_fetches()
 
     async def _join_and_sync(self) -> RebalanceCallbacks | None:
+        st = self.state
+        timeout = (self.settings.max_poll_interval_ms + self.settings.request_timeout_ms) / 1000.0
         for _ in range(_MAX_ROUNDS):
             await self._ensure_coordinator()
-            version = self.sub_version
-            joined = await self._join(sorted(self.topics))
-            if joined is None:
-                continue
-            assignment = await self._sync(joined)
-            if assignment is None:
-                continue
-            self._joined_version = version
-            self._failing_since_ms = None
-            return await self._assigned(assignment)
+            version = st.sub_version
+            try:
+                joined: group_pb2.JoinGroupResponse = await self._call(
+                    "JoinGroup", st.join_request(), timeout)
+                if not st.on_join(joined):
+                    continue
+                assignments: list[group_pb2.MemberAssignment] = []
+                leader = st.leader_input(joined)
+                if leader is not None:
+                    counts = await self._partition_counts(set(leader.topics))
+                    assignments = st.assign(leader, counts, _now_ms())
+                synced: group_pb2.SyncGroupResponse = await self._call(
+                    "SyncGroup", st.sync_request(assignments), timeout)
+                plan = st.on_sync(synced)
+                if plan is None:
+                    continue
+                st.synced(version)
+                return await self._assigned(plan)
+            finally:
+                st.end_round()  # an error or a cancelled step ends the round too
         return None
-
-    def _subscription(self, topics: list[str]) -> group_pb2.Subscription:
-        if not self.cooperative:
-            return group_pb2.Subscription(topics=topics)
-        return group_pb2.Subscription(
-            topics=topics, user_data=_GEN.pack(self.generation),
-            owned_partitions=[common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
-                              for tp in sorted(self.owned)])
-
-    async def _join(self, topics: list[str]) -> group_pb2.JoinGroupResponse | None:
-        s = self.settings
-        request = group_pb2.JoinGroupRequest(
-            group_id=self.group_id, member_id=self.member_id,
-            group_instance_id=self.instance_id or "", client_id=s.client_id,
-            session_timeout_ms=s.session_timeout_ms,
-            rebalance_timeout_ms=self.rebalance_timeout_ms, protocol_type="consumer",
-            protocols=list(s.partition_assignment_strategy),
-            subscription=self._subscription(topics))
-        self._joining = True
-        try:
-            response: group_pb2.JoinGroupResponse = await self._call(
-                "JoinGroup", request,
-                (self.rebalance_timeout_ms + s.request_timeout_ms) / 1000.0)
-        finally:
-            self._joining = False
-        code = error_code_from_int(response.error_code)
-        if code is ErrorCode.NONE:
-            self.member_id = response.member_id
-            self.generation = response.generation
-            self.protocol = response.protocol_name or None
-            if response.leader_id != self.member_id:
-                self._assigned_counts = None
-            return response
-        if code is ErrorCode.MEMBER_ID_REQUIRED:
-            self.member_id = response.member_id
-            return None
-        if code is ErrorCode.UNKNOWN_MEMBER_ID:
-            self.member_id = ""
-            self.generation = -1
-            return None
-        if code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION):
-            return None
-        raise self._error("JoinGroup", code, response.error_message)
-
-    async def _sync(self, joined: group_pb2.JoinGroupResponse) -> list[TopicPartition] | None:
-        assignments: list[group_pb2.MemberAssignment] = []
-        if joined.leader_id == self.member_id and joined.members:
-            assignments = await self._run_assignor(joined)
-        request = group_pb2.SyncGroupRequest(
-            group_id=self.group_id, member_id=self.member_id, generation=self.generation,
-            group_instance_id=self.instance_id or "", assignments=assignments)
-        response: group_pb2.SyncGroupResponse = await self._call(
-            "SyncGroup", request,
-            (self.rebalance_timeout_ms + self.settings.request_timeout_ms) / 1000.0)
-        code = error_code_from_int(response.error_code)
-        if code is ErrorCode.NONE:
-            return [TopicPartition(p.topic, p.partition) for p in response.assignment]
-        if code is ErrorCode.REBALANCE_IN_PROGRESS:
-            return None
-        if code in _RESET_ERRORS:
-            if code is ErrorCode.UNKNOWN_MEMBER_ID:
-                self.member_id = ""
-            self.generation = -1
-            return None
-        raise self._error("SyncGroup", code, response.error_message)
-
-    async def _run_assignor(self, joined: group_pb2.JoinGroupResponse
-                            ) -> list[group_pb2.MemberAssignment]:
-        name = joined.protocol_name
-        assignor = ASSIGNORS.get(name)
-        if assignor is None:
-            raise StromError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                             f"group {self.group_id!r} chose assignor {name!r}, which this "
-                             f"consumer does not implement")
-        members = []
-        topics: set[str] = set()
-        for m in joined.members:
-            sub = m.subscription
-            gen = _GEN.unpack(sub.user_data)[0] if len(sub.user_data) == _GEN.size else -1
-            members.append(MemberSubscription(
-                member_id=m.member_id, topics=tuple(sub.topics),
-                group_instance_id=m.group_instance_id or None,
-                owned_partitions=tuple((p.topic, p.partition) for p in sub.owned_partitions),
-                generation=gen))
-            topics.update(sub.topics)
-        counts = await self._partition_counts(topics)
-        self._assigned_counts = {t: counts.get(t, 0) for t in topics}
-        self._next_metadata_check_ms = _now_ms() + self.settings.metadata_max_age_ms
-        result = assignor(members, counts)
-        log.info("group %s generation %d: %s assignment %s", self.group_id, self.generation,
-                 name, result)
-        return [group_pb2.MemberAssignment(
-            member_id=member_id,
-            partitions=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in tps])
-            for member_id, tps in result.items()]
 
     async def _partition_counts(self, topics: set[str]) -> dict[str, int]:
         conns = self.core.conns
@@ -368,20 +221,18 @@ class GroupMember:
                 counts[t] = n
         return counts
 
-    async def _assigned(self, assignment: list[TopicPartition]) -> RebalanceCallbacks:
-        new = set(assignment)
-        old = set(self.owned)
-        revoked = old - new
-        added = new - old
-        if revoked and self.settings.enable_auto_commit:
-            await self._commit_quietly(self._positions(revoked))
-        committed = await self.fetch_committed(sorted(added)) if added else {}
+    async def _assigned(self, plan: AssignmentPlan) -> RebalanceCallbacks:
+        """Apply an assignment: auto-commit what moved away, read the committed offsets of
+        what is new, hand the fetcher its partitions."""
+        if plan.revoked and self.settings.enable_auto_commit:
+            await self._commit_quietly(self._positions(set(plan.revoked)))
+        committed = await self.fetch_committed(sorted(plan.added)) if plan.added else {}
         missing: list[TopicPartition] = []
         subs = self.core.subs
         with subs.lock:
             # revoked partitions stay readable until the listener has heard of them
-            subs.assign(sorted(new | revoked))
-            for tp in sorted(added):
+            subs.assign(plan.readable)
+            for tp in sorted(plan.added):
                 off = committed.get(tp)
                 if off is not None:
                     subs.seek(tp, off)
@@ -390,22 +241,14 @@ class GroupMember:
             if missing:
                 subs.errors.append(NoOffsetForPartitionError(missing))
         self.core.cancel_fetches()
-        self.owned = new | revoked
-        if revoked:
-            self._pending_apply = new
-        self.rejoin_needed = bool(revoked) or self._joined_version != self.sub_version
-        self.backoff_until_ms = 0.0
+        callbacks = self.state.assigned(plan)
         self._start_heartbeat()
-        log.info("group %s generation %d: assigned %s (revoked %s)", self.group_id,
-                 self.generation, sorted(new), sorted(revoked))
-        return RebalanceCallbacks(revoked=sorted(revoked),
-                                  assigned=sorted(added) if self.cooperative else sorted(new))
+        return callbacks
 
     # --- pattern subscriptions -------------------------------------------------------------
     async def _check_pattern(self) -> None:
-        """Match the pattern against the cluster's topics; a change means rejoining."""
-        assert self.pattern is not None
-        self.next_pattern_check_ms = _now_ms() + self.settings.metadata_max_age_ms
+        """Ask a broker for the cluster's topics; the state matches the pattern."""
+        self.state.pattern_checked(_now_ms())
         conns = self.core.conns
         last: StromError | None = None
         for address in conns.addresses():
@@ -416,17 +259,7 @@ class GroupMember:
             except grpc.RpcError as exc:
                 last = rpc_error(exc)
                 continue
-            matched = frozenset(
-                t.name for t in response.topics
-                if not t.error_code and self.pattern.fullmatch(t.name)
-                and not (self.settings.exclude_internal_topics
-                         and (t.internal or t.name.startswith("__"))))
-            if matched != self.topics:
-                log.info("group %s: pattern %s now matches %s", self.group_id,
-                         self.pattern.pattern, sorted(matched))
-                self.topics = matched
-                self.sub_version += 1
-                self.rejoin_needed = True
+            self.state.on_metadata(response)
             return
         raise last or StromError(ErrorCode.NETWORK_EXCEPTION, "no broker address to ask")
 
@@ -437,28 +270,28 @@ class GroupMember:
                 self._heartbeat_loop(), name="strom-consumer-heartbeat")
 
     async def _heartbeat_loop(self) -> None:
+        st = self.state
         interval = self.settings.heartbeat_interval_ms / 1000.0
-        while not self.closed and self.generation >= 0:
+        while st.heartbeating():
             await asyncio.sleep(interval)
-            if self.generation < 0 or self.closed:
+            if not st.heartbeating():
                 return
-            if (not self._stepping
-                    and _now_ms() - self.last_poll_ms > self.settings.max_poll_interval_ms):
+            if st.poll_expired(_now_ms(), self._stepping):
                 log.warning(
                     "group %s: poll() not called for more than max_poll_interval_ms=%d; "
                     "leaving the group (increase max_poll_interval_ms or reduce "
                     "max_poll_records)", self.group_id, self.settings.max_poll_interval_ms)
                 await self.leave("consumer poll timeout has expired")
-                self.rejoin_needed = True
+                st.rejoin_needed = True
                 return
-            if self._joining:
+            if st.heartbeat_paused():
                 continue
             try:
                 await self._check_partition_counts()
                 await self._send_heartbeat()
             except StromError as exc:
                 if exc.code is ErrorCode.FENCED_INSTANCE_ID:
-                    self.fatal = exc
+                    st.on_fatal(exc)
                     self.core.on_data()
                     return
                 log.debug("group %s: heartbeat failed: %s", self.group_id, exc)
@@ -467,48 +300,20 @@ class GroupMember:
 
     async def _send_heartbeat(self) -> None:
         await self._ensure_coordinator()
-        request = group_pb2.HeartbeatRequest(
-            group_id=self.group_id, member_id=self.member_id, generation=self.generation,
-            group_instance_id=self.instance_id or "")
         response: group_pb2.HeartbeatResponse = await self._call(
-            "Heartbeat", request, self.settings.request_timeout_ms / 1000.0)
-        code = error_code_from_int(response.error_code)
-        if code is ErrorCode.NONE:
-            return
-        if code is ErrorCode.REBALANCE_IN_PROGRESS:
-            if not self.rejoin_needed:
-                log.info("group %s: rebalance in progress; rejoining", self.group_id)
-            self.rejoin_needed = True
+            "Heartbeat", self.state.heartbeat_request(),
+            self.settings.request_timeout_ms / 1000.0)
+        if self.state.on_heartbeat(response) is not HeartbeatOutcome.OK:
             self.core.on_data()  # wake a waiting poll() so it rejoins now
-        elif code in _RESET_ERRORS:
-            self._reset(code)
-        else:
-            raise self._error("Heartbeat", code, response.error_message)
 
     async def _check_partition_counts(self) -> None:
-        """The leader rejoins when a subscribed topic appears or grows (Kafka's metadata
-        snapshot check), so new partitions get an owner without waiting for the broker."""
-        counts = self._assigned_counts
-        if counts is None or _now_ms() < self._next_metadata_check_ms or self.rejoin_needed:
+        topics = self.state.partition_check_due(_now_ms())
+        if topics is None:
             return
-        self._next_metadata_check_ms = _now_ms() + self.settings.metadata_max_age_ms
         self.core.metadata.mark_stale()
-        topics = set(self.topics) | set(counts)
         found = await self._partition_counts(topics)
-        now = {t: found.get(t, 0) for t in topics}
-        if now != counts:
-            log.info("group %s: partition counts changed %s -> %s; rebalancing", self.group_id,
-                     counts, now)
-            self.rejoin_needed = True
+        if self.state.on_partition_counts(topics, found):
             self.core.on_data()
-
-    def _reset(self, code: ErrorCode) -> None:
-        log.info("group %s: %s; the partitions are lost, rejoining", self.group_id, code.name)
-        if code is ErrorCode.UNKNOWN_MEMBER_ID:
-            self.member_id = ""
-        self.generation = -1
-        self.rejoin_needed = True
-        self.core.on_data()
 
     # --- leaving ---------------------------------------------------------------------------
     async def leave(self, reason: str) -> None:
@@ -516,29 +321,19 @@ class GroupMember:
         either way this consumer forgets its generation, so its partitions count as lost."""
         if self._heartbeat is not None and self._heartbeat is not asyncio.current_task():
             self._heartbeat.cancel()
-        if self.instance_id is None and self.member_id and self._coordinator is not None:
-            request = group_pb2.LeaveGroupRequest(
-                group_id=self.group_id,
-                members=[group_pb2.LeavingMember(member_id=self.member_id)])
-            log.info("group %s: member %s leaves (%s)", self.group_id, self.member_id, reason)
+        request = self.state.leave_request() if self._coordinator is not None else None
+        if request is not None:
+            log.info("group %s: member %s leaves (%s)", self.group_id, self.state.member_id,
+                     reason)
             try:
                 await self._call("LeaveGroup", request,
                                  self.settings.request_timeout_ms / 1000.0)
             except StromError as exc:
                 log.debug("group %s: LeaveGroup failed: %s", self.group_id, exc)
-            self.member_id = ""
-        self.generation = -1
-
-    def unsubscribe(self) -> None:
-        self.subscribed = False
-        self.topics = frozenset()
-        self.pattern = None
-        self.owned = set()
-        self._pending_apply = None
-        self.rejoin_needed = True
+        self.state.left(sent_leave=request is not None)
 
     async def close(self) -> None:
-        self.closed = True
+        self.state.closed = True
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         for t in list(self._commits):
@@ -560,10 +355,9 @@ class GroupMember:
         deadline = _now_ms() + self.settings.request_timeout_ms
         while True:
             await self._ensure_coordinator()
-            generation = self.generation if self.subscribed else -1
-            member_id = self.member_id if self.subscribed else ""
-            request = commit_request(self.group_id, generation, member_id, self.instance_id,
-                                     wanted)
+            generation, member_id = self.state.commit_identity()
+            request = commit_request(self.group_id, generation, member_id,
+                                     self.state.instance_id, wanted)
             try:
                 response: group_pb2.OffsetCommitResponse = await self._call(
                     "OffsetCommit", request, self.settings.request_timeout_ms / 1000.0)
@@ -573,10 +367,8 @@ class GroupMember:
             if err is None:
                 return
             if isinstance(err, CommitFailedError):
-                if err.code is ErrorCode.REBALANCE_IN_PROGRESS:
-                    self.rejoin_needed = True
-                elif err.code in _RESET_ERRORS:
-                    self._reset(err.code)
+                if self.state.on_commit_failed(err):
+                    self.core.on_data()
                 raise err
             if not err.retriable or _now_ms() >= deadline:
                 raise err
@@ -690,18 +482,6 @@ class GroupMember:
             self._coordinator = None
             raise StromError(code, response.error_message or f"{rpc}: {code.name}")
         return response
-
-    def _error(self, rpc: str, code: ErrorCode, message: str) -> StromError:
-        if code is ErrorCode.INVALID_SESSION_TIMEOUT:
-            detail = f" ({message})" if message else ""
-            return StromError(code, f"{rpc}: session_timeout_ms={self.settings.session_timeout_ms}"
-                                    f" is outside the broker's group.min.session.timeout.ms .. "
-                                    f"group.max.session.timeout.ms; choose a value inside{detail}")
-        if code is ErrorCode.FENCED_INSTANCE_ID:
-            return StromError(code, f"{rpc}: group_instance_id={self.instance_id!r} is in use "
-                                    f"by another consumer of group {self.group_id!r}; give "
-                                    f"each consumer instance its own group_instance_id")
-        return StromError(code, message or f"{rpc} for group {self.group_id!r}: {code.name}")
 
 
 # --- the front's helpers, shared by Consumer and AsyncConsumer ------------------------------

@@ -152,8 +152,8 @@ def run_strom_partitions(params: dict[str, int | float], results: list[Result]) 
 def run_partition_scale(params: dict[str, Any], results: list[Result]) -> None:
     """Partition scale (issue 21, ``benchmarks/partition_scale.py``): per N on a fresh broker,
     topic creation (wall, broker CPU, in 100 requests), the cost of one more metadata change,
-    idle CPU, keyed produce, consume, the broker's open files and a clean restart (ratios to
-    the first N);
+    idle CPU, keyed produce, consume, the broker's open files, a clean restart and a kill -9
+    restart (ratios to the first N);
     a PNG beside the JSON when matplotlib happens to be installed."""
     from benchmarks import partition_scale as ps
 
@@ -186,6 +186,11 @@ def run_partition_scale(params: dict[str, Any], results: list[Result]) -> None:
         if p.restart_s is not None:
             results.append(Result(name, "partition scale", "clean restart to first write",
                                   p.restart_s, "s", higher_is_better=False, peers=peers))
+        if p.kill9_s is not None:
+            results.append(Result(name, "partition scale", "kill -9 restart to first write",
+                                  p.kill9_s, "s", higher_is_better=False, peers=peers,
+                                  extra={"fds_after": p.fds_restarted, "stop_s": p.stop_s,
+                                         "load_avg": p.load_avg}))
     print(ps.format_points(points), file=sys.stderr)
     png = RESULTS_DIR / "partition-scale.png"
     if ps.plot(points, png):

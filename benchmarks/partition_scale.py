@@ -6,10 +6,12 @@ seconds), the cost of one more metadata change with N partitions hosted (median 
 creating a one-partition topic, 5 times), the broker's idle CPU with N partitions (over 5 s),
 keyed produce of 100 B records spread over all N with a default ``Producer`` (what a new user
 writes), catch-up consume of them, the broker's open file handles idle and after the produce
-(``/proc/PID/fd``), and the time from a clean restart (SIGTERM, start) to the first
-acknowledged write. From 1,000 partitions on, a second fresh broker creates N partitions in 100
-requests (100 topics). Keyed produce is the case that used to collapse: the sender scanned every
-partition on each wake-up; creation was quadratic and fenced the broker (issue 21).
+(``/proc/PID/fd``), the time from a clean restart (SIGTERM, start) to the first
+acknowledged write, and the same after kill -9 (recovery of every log past its recovery
+point), with the open files after it. From 1,000 partitions on, a second fresh broker creates N
+partitions in 100 requests (100 topics). Keyed produce is the case that used to collapse: the
+sender scanned every partition on each wake-up; creation was quadratic and fenced the broker
+(issue 21).
 
 Run alone: ``uv run --all-packages python -m benchmarks.partition_scale [--records N]
 [--counts 10,100,1000] [--png PATH]``; ``python -m benchmarks --only partition-scale`` runs it as
@@ -47,6 +49,14 @@ class ScalePoint:
     """N partitions created in 100 requests on another fresh broker (N >= 1,000 only)."""
     restart_s: float | None = None
     """Clean restart (SIGTERM, start) to the first acknowledged write, with N partitions."""
+    stop_s: float | None = None
+    """SIGTERM to exit (closing N logs: a flush and a checkpoint each)."""
+    kill9_s: float | None = None
+    """kill -9, start, to the first acknowledged write."""
+    fds_restarted: int | None = None
+    """Open files after the kill -9 restart and one write."""
+    load_avg: float | None = None
+    """The machine's 1-minute load average when the point finished (shared machine)."""
 
 
 def open_fds(pid: int) -> int:
@@ -158,12 +168,21 @@ def measure(counts: list[int], records: int, progress: object = print,
             after = open_fds(broker.pid)
             c = sw.consume_all(bs, "scale", n, records, 100)
             say(f"partition scale: clean restart with {n:,} partitions")
+            started = time.perf_counter()
             broker.terminate(timeout=300)  # closing N logs flushes each one
+            stop = time.perf_counter() - started
             started = time.perf_counter()
             broker.start()  # until it answers Metadata (its logs are loaded by then)
             restart = time.perf_counter() - started + first_write_s(bs, "scale")
+            say(f"partition scale: kill -9 and restart with {n:,} partitions")
+            broker.kill()
+            started = time.perf_counter()
+            broker.start()
+            kill9 = time.perf_counter() - started + first_write_s(bs, "scale")
             point = ScalePoint(n, create_s, p.records_per_s, c.records_per_s, idle, after,
-                               create_cpu, change, idle_cpu, restart_s=restart)
+                               create_cpu, change, idle_cpu, restart_s=restart, stop_s=stop,
+                               kill9_s=kill9, fds_restarted=open_fds(broker.pid),
+                               load_avg=os.getloadavg()[0])
         if n >= 1000:
             with tempfile.TemporaryDirectory(prefix="strom-bench-scale-") as tmp, \
                     running_broker(Path(tmp)) as broker:
@@ -178,17 +197,22 @@ def format_points(points: list[ScalePoint]) -> str:
     base = points[0]
     lines = ["| partitions | create s (broker CPU s, ms CPU/partition) | in 100 requests s "
              "| one more change ms | idle CPU | keyed produce rec/s | x first | consume rec/s "
-             "| x first | fds idle / after produce | clean restart -> write s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| x first | fds idle / after produce / after kill -9 restart | stop s "
+             "| clean restart -> write s | kill -9 -> write s | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         batched = "-" if p.create_100_s is None else f"{p.create_100_s:.2f}"
         restart = "-" if p.restart_s is None else f"{p.restart_s:.1f}"
+        kill9 = "-" if p.kill9_s is None else f"{p.kill9_s:.1f}"
+        stop = "-" if p.stop_s is None else f"{p.stop_s:.1f}"
+        load = "-" if p.load_avg is None else f"{p.load_avg:.0f}"
+        fds = "-" if p.fds_restarted is None else str(p.fds_restarted)
         lines.append(f"| {p.partitions:,} | {p.create_s:.2f} ({p.create_cpu_s:.2f}, "
                      f"{p.create_cpu_s / p.partitions * 1000:.2f}) | {batched} | "
                      f"{p.change_ms:.0f} | {p.idle_cpu_pct:.1f}% | {p.produce_rps:,.0f} | "
                      f"{p.produce_rps / base.produce_rps:.2f} | {p.consume_rps:,.0f} | "
                      f"{p.consume_rps / base.consume_rps:.2f} | {p.fds_idle} / "
-                     f"{p.fds_after_produce} | {restart} |")
+                     f"{p.fds_after_produce} / {fds} | {stop} | {restart} | {kill9} | {load} |")
     return "\n".join(lines)
 
 

@@ -122,6 +122,11 @@ class BrokerConfig:
         return tuple(Path(d) for d in self.values["log.dirs"])
 
     @property
+    def log_open_segments_max(self) -> int:
+        """``log.open.segments.max`` (0: derived from the open-file limit at start)."""
+        return int(self.values["log.open.segments.max"])
+
+    @property
     def cluster_id(self) -> str:
         return str(self.values["cluster.id"])
 

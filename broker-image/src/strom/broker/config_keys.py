@@ -93,6 +93,11 @@ BROKER_KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("log.message.timestamp.after.max.ms", "int", None,
               doc="Default message.timestamp.after.max.ms of topics."),
     BrokerKey("min.insync.replicas", "int", None, doc="Default min.insync.replicas of topics."),
+    BrokerKey("log.open.segments.max", "int", 0, 0, 2**31 - 1,
+              "The most segment files (.log) the broker keeps open at once; the least recently "
+              "used beyond it are closed and reopened on their next use (indexes hold no open "
+              "file). 0 = the open-file limit (RLIMIT_NOFILE, raised to the hard limit at start) "
+              "less a quarter of it, at least 256 kept for sockets and other files."),
     BrokerKey("log.retention.check.interval.ms", "int", 300_000, 100, 2**31 - 1,
          "How often retention, compaction and time-based flushes run."),
     BrokerKey("fetch.max.bytes", "int", 52_428_800, 1024, 2**31 - 1,

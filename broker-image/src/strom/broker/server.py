@@ -297,7 +297,7 @@ def run(config: BrokerConfig) -> int:
     if fileops.install_from_env() is not None:
         log.warning("storage fault injection is on (%s)", fileops.ENV)
     try:
-        raise_open_file_limit(config.log_dirs)
+        raise_open_file_limit(config.log_open_segments_max)
     except FileLimitError as err:
         log.error("cannot start: %s", err)
         return 1

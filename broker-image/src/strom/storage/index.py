@@ -7,9 +7,12 @@ indexes, one entry per ``index.interval.bytes`` of log:
 * ``.timeindex``: 12-byte entries (timestamp int64, relative offset int32); the timestamp is the
   largest seen so far in the segment, so the entries are monotonic and bisectable.
 
-Both live in memory as ``array`` columns (bisect works on them directly) and are appended to their
-files as they grow. The files are an optimisation only: a missing or damaged one is rebuilt from the
-log, so ``load`` returns None instead of raising when a file fails its sanity checks.
+Both live in memory as ``array`` columns (bisect works on them directly); their files get the new
+entries when the segment is flushed, and no descriptor stays open (Kafka memory-maps its indexes
+and opens them lazily; here the entries are plain arrays, so there is nothing to map). The files
+are an optimisation only: a damaged one is rebuilt from the log, so ``load`` returns None instead
+of raising when a file fails its sanity checks, and a missing one loads empty (the segment is
+then walked, and indexed, from its start).
 """
 
 from __future__ import annotations
@@ -27,50 +30,89 @@ _TIME_ENTRY = struct.Struct(">qi")
 
 
 class _IndexFile:
-    """An append-only file of fixed-size entries, with truncate and rewrite."""
+    """Fixed-size entries kept in memory; the file gets them at ``flush``, holding no descriptor.
+
+    A broker with thousands of partitions cannot keep two index descriptors per segment open
+    (issue 21), so the file is opened only to write the entries appended since the last flush
+    (one ``pwrite``, then ``fsync``) or to cut it, and closed again. Entries not yet flushed lie
+    past the recovery point, where recovery rebuilds the index from the log anyway; a clean
+    close flushes them all.
+    """
 
     entry_size: int
 
     def __init__(self, path: Path, max_entries: int) -> None:
         self.path = path
         self.max_entries = max(1, max_entries)
-        self._fd: int | None = None
+        self._in_file = 0
+        """Entries the file holds (a prefix of those in memory)."""
+        self._unsynced = False
+        """The file changed since its last fsync."""
+        self.stale_tail = True
+        """The file may hold bytes past ``_in_file`` entries (one that failed its checks): the
+        next flush cuts them. False once loaded, or when the file is known not to exist."""
 
-    def _file(self) -> int:
-        if self._fd is None:
-            self._fd = fileops.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+    def __len__(self) -> int:
+        raise NotImplementedError
 
-    def _write(self, data: bytes) -> None:
-        fileops.write(self._file(), data)
+    def _pack(self, start: int, end: int) -> bytes:
+        raise NotImplementedError
 
     def _truncate_file(self, entries: int) -> None:
-        fileops.ftruncate(self._file(), entries * self.entry_size)
+        """Memory now holds ``entries``: cut the file if it holds more (rare: truncation)."""
+        if entries < self._in_file:
+            fd = fileops.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                fileops.ftruncate(fd, entries * self.entry_size)
+            finally:
+                os.close(fd)
+            self._in_file = entries
+            self._unsynced = True
 
-    def _rewrite(self, data: bytes) -> None:
-        fd = self._file()
-        fileops.ftruncate(fd, 0)
-        fileops.write(fd, data)
+    @property
+    def pending(self) -> int:
+        """Entries appended since the last flush."""
+        return len(self) - self._in_file
 
     def flush(self) -> None:
-        if self._fd is not None:
-            fileops.fsync(self._fd)
+        """Append the new entries to the file and fsync it (no-op if nothing changed)."""
+        count = len(self)
+        if count == self._in_file and not self._unsynced and not self.stale_tail:
+            return
+        fd = fileops.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            if count > self._in_file:
+                data = memoryview(self._pack(self._in_file, count))
+                position = self._in_file * self.entry_size
+                while len(data):
+                    n = fileops.pwrite(fd, data, position)
+                    data = data[n:]
+                    position += n
+            if self.stale_tail:
+                fileops.ftruncate(fd, count * self.entry_size)
+                self.stale_tail = False
+            fileops.fsync(fd)
+        finally:
+            os.close(fd)
+        self._in_file = count
+        self._unsynced = False
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Nothing to close (no descriptor is held); kept for the segment's symmetry."""
 
     def delete(self) -> None:
-        self.close()
+        self._in_file = 0
+        self._unsynced = False
         self.path.unlink(missing_ok=True)
 
     @staticmethod
     def _read(path: Path, entry_size: int) -> bytes | None:
+        """The file's bytes (b"" if it does not exist: nothing was flushed yet, and recovery
+        walks the segment from its start), or None if its size is not whole entries."""
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            return None
+            return b""
         if len(data) % entry_size:
             return None
         return data
@@ -98,6 +140,8 @@ class OffsetIndex(_IndexFile):
             index.offsets.append(rel)
             index.positions.append(pos)
             prev_off, prev_pos = rel, pos
+        index._in_file = len(index.offsets)
+        index.stale_tail = False
         return index
 
     def __len__(self) -> int:
@@ -112,7 +156,10 @@ class OffsetIndex(_IndexFile):
             return
         self.offsets.append(rel_offset)
         self.positions.append(position)
-        self._write(_OFFSET_ENTRY.pack(rel_offset, position))
+
+    def _pack(self, start: int, end: int) -> bytes:
+        return b"".join(_OFFSET_ENTRY.pack(self.offsets[i], self.positions[i])
+                        for i in range(start, end))
 
     def lookup(self, rel_offset: int) -> tuple[int, int]:
         """(relative offset, position) of the last entry at or before ``rel_offset``, else (0, 0).
@@ -141,10 +188,6 @@ class OffsetIndex(_IndexFile):
         del self.positions[:]
         self._truncate_file(0)
 
-    def write_all(self) -> None:
-        """Rewrite the file from memory (after a rebuild)."""
-        self._rewrite(b"".join(_OFFSET_ENTRY.pack(o, p)
-                               for o, p in zip(self.offsets, self.positions, strict=True)))
 
 
 class TimeIndex(_IndexFile):
@@ -168,6 +211,8 @@ class TimeIndex(_IndexFile):
             index.timestamps.append(ts)
             index.offsets.append(rel)
             prev_ts, prev_off = ts, rel
+        index._in_file = len(index.timestamps)
+        index.stale_tail = False
         return index
 
     def __len__(self) -> int:
@@ -182,7 +227,10 @@ class TimeIndex(_IndexFile):
             return
         self.timestamps.append(timestamp)
         self.offsets.append(rel_offset)
-        self._write(_TIME_ENTRY.pack(timestamp, rel_offset))
+
+    def _pack(self, start: int, end: int) -> bytes:
+        return b"".join(_TIME_ENTRY.pack(self.timestamps[i], self.offsets[i])
+                        for i in range(start, end))
 
     def lookup_before(self, timestamp: int) -> int | None:
         """Relative offset of the last entry whose timestamp is < ``timestamp``, or None.
@@ -209,6 +257,3 @@ class TimeIndex(_IndexFile):
         del self.offsets[:]
         self._truncate_file(0)
 
-    def write_all(self) -> None:
-        self._rewrite(b"".join(_TIME_ENTRY.pack(t, o)
-                               for t, o in zip(self.timestamps, self.offsets, strict=True)))

@@ -389,8 +389,6 @@ class PartitionLog:
             self._bases.pop()
         else:
             active.flush()  # as Kafka: a rolled segment is flushed, so recovery can skip it
-            active.index.close()  # closed segments keep only their .log fd open
-            active.time_index.close()
         seg = self._new_segment(base, now)
         self._segments.append(seg)
         self._bases.append(base)
@@ -775,7 +773,7 @@ class PartitionLog:
                     seg.close()
                 except OSError:
                     with contextlib.suppress(OSError):
-                        os.close(seg.fd)
+                        seg.drop_fd()
             self._closed = True
             return
         self.purge_retired(0, everything=True)

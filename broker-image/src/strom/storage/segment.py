@@ -3,8 +3,10 @@
 A partition's log is a list of segments so that retention can delete whole files and reads can
 jump to the right file by base offset. A segment only ever grows at its end (appends), is cut at a
 batch boundary (truncation, recovery), or is replaced whole (compaction). All file access is by
-``os.pread``/``os.write`` on file descriptors held open for the segment's life, so a read costs one
-index bisect, a few header reads and one ``pread`` of the bytes returned.
+``os.pread``/``os.pwrite`` on the segment's descriptor, so a read costs one index bisect, a few
+header reads and one ``pread`` of the bytes returned. The descriptor is opened on first use and
+sits in the process's LRU of segment files (``strom.storage.handles``), which closes the least
+recently used ones beyond its cap; the next use reopens the file.
 
 Not thread-safe: a partition log and its segments are owned by one task.
 """
@@ -30,6 +32,7 @@ from strom.protocol.batch import (
 )
 from strom.storage import fileops
 from strom.storage.config import INT32_MAX
+from strom.storage.handles import HANDLES
 from strom.storage.index import OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -86,14 +89,16 @@ class LogSegment:
     """A segment file and its indexes. ``next_offset`` is one past its last batch."""
 
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                 max_index_bytes: int, created_ms: int, fd: int, size: int,
+                 max_index_bytes: int, created_ms: int, fd: int | None, size: int,
                  index: OffsetIndex | None, time_index: TimeIndex | None) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.log_path, index_path, time_index_path = segment_paths(directory, base_offset)
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
-        self.fd = fd
+        self._fd = fd
+        if fd is not None:
+            HANDLES.opened(self)
         self.size = size
         self.index_valid = index is not None and time_index is not None
         self.index = index or OffsetIndex(index_path, max_index_bytes // OffsetIndex.entry_size)
@@ -115,24 +120,49 @@ class LogSegment:
         index_path.unlink(missing_ok=True)
         time_path.unlink(missing_ok=True)
         entries = max_index_bytes
+        index = OffsetIndex(index_path, entries // OffsetIndex.entry_size)
+        time_index = TimeIndex(time_path, entries // TimeIndex.entry_size)
+        index.stale_tail = time_index.stale_tail = False  # just unlinked
         return cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
                    max_index_bytes=max_index_bytes, created_ms=now_ms, fd=fd, size=0,
-                   index=OffsetIndex(index_path, entries // OffsetIndex.entry_size),
-                   time_index=TimeIndex(time_path, entries // TimeIndex.entry_size))
+                   index=index, time_index=time_index)
 
     @classmethod
     def open(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
              max_index_bytes: int, now_ms: int) -> LogSegment:
         """Open an existing segment; its end and indexes are settled by ``load_tail``/``scan``."""
         log_path, index_path, time_path = segment_paths(directory, base_offset)
-        fd = fileops.open(log_path, os.O_RDWR)
-        size = os.fstat(fd).st_size
+        size = os.stat(log_path).st_size  # the file is opened on first read or write
         index = OffsetIndex.load(index_path, max_index_bytes // OffsetIndex.entry_size, size)
         time_index = TimeIndex.load(time_path, max_index_bytes // TimeIndex.entry_size,
                                     INT32_MAX)
         return cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
-                   max_index_bytes=max_index_bytes, created_ms=now_ms, fd=fd, size=size,
+                   max_index_bytes=max_index_bytes, created_ms=now_ms, fd=None, size=size,
                    index=index, time_index=time_index)
+
+    @property
+    def fd(self) -> int:
+        """The ``.log`` file's descriptor, (re)opened if the LRU closed it. Fetch it for each
+        call: another segment's open may close it."""
+        fd = self._fd
+        if fd is None:
+            fd = self._fd = fileops.open(self.log_path, os.O_RDWR)
+            HANDLES.opened(self)
+        else:
+            HANDLES.touch(self)
+        return fd
+
+    @property
+    def has_fd(self) -> bool:
+        return self._fd is not None
+
+    def drop_fd(self) -> None:
+        """Close the descriptor (the LRU evicts it, or the segment closes); a later use reopens
+        the file. Written bytes stay in the page cache and ``dirty`` still asks for an fsync."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            HANDLES.closed(self)
+            os.close(fd)
 
     def flush(self) -> None:
         if self.dirty:
@@ -142,13 +172,13 @@ class LogSegment:
             self.dirty = False
 
     def close(self) -> None:
-        self.flush()
-        os.close(self.fd)
-        self.index.close()
-        self.time_index.close()
+        try:
+            self.flush()
+        finally:
+            self.drop_fd()
 
     def delete(self) -> None:
-        os.close(self.fd)
+        self.drop_fd()
         self.log_path.unlink(missing_ok=True)
         self.index.delete()
         self.time_index.delete()
@@ -156,9 +186,7 @@ class LogSegment:
     def retire(self) -> list[Path]:
         """Close the segment and rename its files ``*.deleted``; returns the new paths (the
         caller removes them later; a restart removes them as leftovers)."""
-        os.close(self.fd)
-        self.index.close()
-        self.time_index.close()
+        self.drop_fd()
         retired = []
         for path in (self.log_path, self.index.path, self.time_index.path):
             target = path.with_name(path.name + DELETED_SUFFIX)

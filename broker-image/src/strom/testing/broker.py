@@ -83,10 +83,13 @@ class BrokerProcess:
                  config: Mapping[str, object] | None = None, port: int | None = None,
                  metrics_port: int | None = None, kafka_port: int | None = None,
                  startup_timeout: float = STARTUP_TIMEOUT_S,
-                 env: Mapping[str, str] | None = None, netns: str | None = None) -> None:
+                 env: Mapping[str, str] | None = None, netns: str | None = None,
+                 nofile: int | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.netns = netns
         """Run inside this network namespace (``ip netns exec``); see ``strom.testing.netns``."""
+        self.nofile = nofile
+        """Start with RLIMIT_NOFILE lowered to this (soft and hard): the broker cannot raise it."""
         self.broker_id = broker_id
         self.port = port or free_port()
         self.metrics_port = metrics_port or free_port()
@@ -165,6 +168,8 @@ class BrokerProcess:
     def command(self) -> list[str]:
         # ``ip netns exec`` execs the command in place, so the pid stays the broker's
         cmd = ["ip", "netns", "exec", self.netns] if self.netns else []
+        if self.nofile is not None:  # lower the limit, then exec the broker (same pid)
+            cmd += [sys.executable, "-c", _NOFILE_EXEC, str(self.nofile)]
         cmd += [sys.executable, "-m", "strom.broker"]
         for key, value in self.config.items():
             cmd += ["--set", f"{key}={value}"]
@@ -261,6 +266,11 @@ class BrokerProcess:
 
 
 BrokerHandle = BrokerProcess
+
+
+_NOFILE_EXEC = ("import os, resource, sys; n = int(sys.argv[1]); "
+                "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+                "os.execv(sys.argv[2], sys.argv[2:])")
 
 
 def config_value(value: object) -> str:

@@ -451,6 +451,109 @@ def _kafka_rows(system: str, bootstrap: str, create: Callable[[str, int], None],
                                                             "records": len(lat)}))
 
 
+def run_kafka_curve8(params: dict[str, Any], results: list[Result]) -> None:
+    """The latency-versus-throughput curve with 8 partitions x 1 KiB (acks=1, linger.ms=0),
+    one Apache Kafka node and one Strom broker through the same confluent-kafka code; at each
+    offered rate Kafka then Strom, so the machine's load drifts over both alike."""
+    from benchmarks import kafka_workloads as kw
+    from strom.testing import running_broker
+    from strom.testing.kafka import running_kafka
+
+    if not _kafka_available():
+        return
+    secs = float(params["curve_seconds"])
+    with tempfile.TemporaryDirectory(prefix="strom-bench-kafka-curve8-") as tmp:
+        _progress("kafka curve 8p: starting one Apache Kafka node and one Strom broker")
+        with running_kafka(1, root=tmp) as kafka, \
+                running_broker(Path(tmp) / "strom",
+                               config={"log.segment.bytes": str(256 << 20)}) as broker:
+            servers = ((KAFKA, kafka.bootstrap), (KAFKA_VIA, broker.kafka_bootstrap))
+            for _, bootstrap in servers:  # JIT and connections warm, not measured
+                kw.create_topic(bootstrap, "curve8-warmup", 8)
+                kw.end_to_end_latency(bootstrap, "curve8-warmup", 8, 2000,
+                                      float(params["warmup_latency_seconds"]), value_size=1024)
+            for point, rate in enumerate(params["curve8_rates"]):
+                for system, bootstrap in servers:
+                    topic = f"curve8-{point}"
+                    kw.create_topic(bootstrap, topic, 8)
+                    _progress(f"{system}: 8p x 1 KiB at {rate:,} records/s for {secs:.0f} s")
+                    lat = kw.end_to_end_latency(bootstrap, topic, 8, int(rate), secs,
+                                                value_size=1024)
+                    for q in (50, 99):
+                        results.append(Result(
+                            system, "curve-8p-1KiB", f"e2e p{q:g} @{rate}/s",
+                            percentile(lat, q), "ms", higher_is_better=False,
+                            peers=[] if system == KAFKA else [KAFKA],
+                            extra={"rate": rate, "records": len(lat),
+                                   "expected": int(rate * secs),
+                                   "load_avg_1m": os.getloadavg()[0]}))
+
+
+def run_kafka_streams(params: dict[str, Any], results: list[Result]) -> None:
+    """Kafka Streams' WordCountDemo on the same input against one Apache Kafka node and one
+    Strom broker (``benchmarks/kafka_streams.py``): the counts must be equal (else the run
+    fails), the rows are input lines per second from the first line to the last count."""
+    from benchmarks import kafka_streams as ks
+    from strom.testing import running_broker
+    from strom.testing.kafka import running_kafka
+
+    if not _kafka_available():
+        return
+    lines = int(params["streams_lines"])
+    with tempfile.TemporaryDirectory(prefix="strom-bench-kafka-streams-") as tmp:
+        _progress(f"kafka streams: word count of {lines:,} lines on Kafka, then on Strom")
+        with running_kafka(1, root=tmp, config={"auto.create.topics.enable": "false"}) as kafka, \
+                running_broker(Path(tmp) / "strom") as broker:
+            got = ks.compare(kafka.bootstrap, broker.kafka_bootstrap, Path(tmp) / "runs", lines)
+    for side in ("kafka", "strom"):
+        if got[side]["counts"] != got["expected"]:
+            wrong = {w: (got[side]["counts"].get(w), n) for w, n in got["expected"].items()
+                     if got[side]["counts"].get(w) != n}
+            raise RuntimeError(f"word count on {side}: {len(wrong)} word(s) counted wrong "
+                               f"(got, expected): {dict(list(wrong.items())[:5])}")
+    for side, system in (("kafka", KAFKA), ("strom", KAFKA_VIA)):
+        results.append(Result(system, "streams word count", "input lines/s",
+                              got[side]["lines/s"], "lines/s",
+                              peers=[] if side == "kafka" else [KAFKA],
+                              extra={"lines": lines, "seconds": got[side]["seconds"],
+                                     "words": sum(got["expected"].values()),
+                                     "load_avg_1m": os.getloadavg()[0]}))
+
+
+KAFKA_FAILOVER = "kafka 3 nodes RF=3 acks=all"
+STROM_FAILOVER = "strom 3 brokers RF=3 acks=all (confluent-kafka)"
+
+
+def run_kafka_failover(params: dict[str, Any], results: list[Result]) -> None:
+    """Failover beside Apache Kafka (``benchmarks/kafka_failover.py``): kill -9 of the leader
+    of an RF=3 acks=all partition on 3 Kafka nodes and on 3 Strom brokers, production defaults,
+    the same confluent-kafka writer; the time until writes resume (median of runs) and the
+    acknowledged records missing afterwards."""
+    from benchmarks import kafka_failover as kf
+
+    if not _kafka_available():
+        return
+    with tempfile.TemporaryDirectory(prefix="strom-bench-kafka-failover-") as tmp:
+        outcomes = kf.compare(Path(tmp), int(params["kafka_failovers"]), _progress)
+    for o in outcomes:
+        system = KAFKA_FAILOVER if o.system == "kafka" else STROM_FAILOVER
+        peers = [] if o.system == "kafka" else [KAFKA_FAILOVER]
+        samples = [round(r.resume_s * 1000, 1) for r in o.runs]
+        extra = {"samples_ms": samples, "victims": [r.victim for r in o.runs],
+                 "new_leader_seen_ms": [None if r.new_leader_s is None
+                                        else round(r.new_leader_s * 1000, 1) for r in o.runs],
+                 "load_avg_1m": os.getloadavg()[0]}
+        results.append(Result(system, "failover kill -9", "unavailability median",
+                              statistics.median(samples), "ms", higher_is_better=False,
+                              peers=peers, extra=extra))
+        results.append(Result(system, "failover kill -9", "unavailability max", max(samples),
+                              "ms", higher_is_better=False, peers=peers))
+        results.append(Result(system, "failover kill -9", "acknowledged records", o.acked,
+                              "records"))
+        results.append(Result(system, "failover kill -9", "acknowledged lost", o.lost,
+                              "records", higher_is_better=False))
+
+
 KAFKA_RF1 = "kafka RF=1 acks=1 (3 nodes)"
 KAFKA_RF3 = "kafka RF=3 acks=all"
 VIA_RF3 = "strom (confluent-kafka) RF=3 acks=all"
@@ -577,7 +680,8 @@ PROFILES: dict[str, dict[str, Any]] = {
               "failovers": 1, "failover_faults": ("kill",), "repeats": 1,
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2,
               "warmup_latency_seconds": 1, "curve_rates": (500, 2000), "curve_seconds": 1,
-              "e2e_tool_records": 200},
+              "e2e_tool_records": 200, "kafka_failovers": 1,
+              "curve8_rates": (500, 2000), "streams_lines": 1000},
     "full": {"records_100b": 1_000_000, "records_1k": 1_000_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
@@ -588,7 +692,8 @@ PROFILES: dict[str, dict[str, Any]] = {
              "group_sizes": (1, 10, 50), "group_rebalance_repeats": 3,
              "group_records": 500_000, "group_members": 4, "warmup_latency_seconds": 3,
              "curve_rates": (1000, 5000, 10_000, 20_000, 40_000), "curve_seconds": 5,
-             "e2e_tool_records": 5000},
+             "e2e_tool_records": 5000, "kafka_failovers": 5,
+             "curve8_rates": (1000, 5000, 10_000, 20_000), "streams_lines": 20_000},
 }
 #: The full run's shape with a fifth of its records (the Kafka sections' rates are compared in
 #: the same run, so fewer records change the figures' spread, not what they compare): what fits
@@ -603,10 +708,18 @@ SECTIONS: dict[str, Callable[[dict[str, Any], list[Result]], None]] = {
     "partition-scale": run_partition_scale,
     "replication": run_strom_replicated, "failover": run_failover, "groups": run_groups,
     "kafka-listener": run_kafka_listener,
-    "kafka": run_kafka, "kafka-replication": run_kafka_replicated, "peers": run_peers,
+    "kafka": run_kafka, "kafka-replication": run_kafka_replicated,
+    "kafka-failover": run_kafka_failover, "kafka-curve8": run_kafka_curve8,
+    "kafka-streams": run_kafka_streams,
+    "peers": run_peers,
 }
 """Sections of a run, in order; ``--only`` picks some (the peers' rows only get ratios when
 ``peers`` runs too)."""
+
+
+#: Sections that measure a peer (``--no-peers`` leaves them out).
+PEER_SECTIONS = ("peers", "kafka", "kafka-replication", "kafka-failover", "kafka-curve8",
+                 "kafka-streams")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -628,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     sections = args.only or list(SECTIONS)
     for name in sections:
-        if name in ("peers", "kafka", "kafka-replication") and args.no_peers:
+        if name in PEER_SECTIONS and args.no_peers:
             continue
         SECTIONS[name](params, results)
     assign_peers(results)
@@ -639,12 +752,15 @@ def main(argv: list[str] | None = None) -> int:
     path = write_json(name, results, {"profile": profile, "sections": sections, **params},
                       **kwargs)
     print(f"\nwrote {path}", file=sys.stderr)
-    if profile != "smoke" and any(r.system == KAFKA for r in results):
+    if profile != "smoke" and any(r.system.startswith("kafka") for r in results):
         from benchmarks import kafka_plots
 
         for png, draw in ((path.with_name("kafka-throughput.png"), kafka_plots.throughput_png),
                           (path.with_name("kafka-latency-curve.png"),
-                           kafka_plots.latency_curve_png)):
+                           kafka_plots.latency_curve_png),
+                          (path.with_name("kafka-latency-curve-8p.png"),
+                           kafka_plots.latency_curve_8p_png),
+                          (path.with_name("kafka-failover.png"), kafka_plots.failover_png)):
             if draw(results, png):
                 print(f"wrote {png}", file=sys.stderr)
     return 0

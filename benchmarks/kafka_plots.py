@@ -54,10 +54,11 @@ def throughput_png(results: list[Result], path: Path) -> bool:
     return True
 
 
-def latency_curve_png(results: list[Result], path: Path) -> bool:
+def latency_curve_png(results: list[Result], path: Path, workload: str = "curve-1p-100B",
+                      shape: str = "1 partition, 100 B") -> bool:
     """p50 and p99 end-to-end latency against the offered rate, one line per system."""
     plt = _pyplot()
-    rows = [r for r in results if r.workload == "curve-1p-100B"]
+    rows = [r for r in results if r.workload == workload]
     if plt is None or not rows:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -69,8 +70,36 @@ def latency_curve_png(results: list[Result], path: Path) -> bool:
                     label=f"{system} {q}")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("offered rate, records/s (1 partition, 100 B, linger.ms=0, acks=1)")
+    ax.set_xlabel(f"offered rate, records/s ({shape}, linger.ms=0, acks=1)")
     ax.set_ylabel("end-to-end latency, ms")
+    ax.legend(fontsize=7)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def latency_curve_8p_png(results: list[Result], path: Path) -> bool:
+    """The same curve with 8 partitions x 1 KiB."""
+    return latency_curve_png(results, path, "curve-8p-1KiB", "8 partitions, 1 KiB")
+
+
+def failover_png(results: list[Result], path: Path) -> bool:
+    """Unavailability after kill -9 of the leader: every run as a dot, the median as a bar."""
+    plt = _pyplot()
+    rows = [r for r in results if r.workload == "failover kill -9"
+            and r.metric == "unavailability median"]
+    if plt is None or not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, r in enumerate(rows):
+        samples = [s / 1000 for s in r.extra.get("samples_ms", [])]
+        ax.bar(i, r.value / 1000, 0.6, alpha=0.5, label=f"{r.system}: median "
+               f"{r.value / 1000:.2f} s")
+        ax.plot([i] * len(samples), samples, "ko", markersize=4)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r.system.split(" ")[0] for r in rows])
+    ax.set_ylabel("kill -9 of the leader to the next acknowledged write, s")
+    ax.set_title("Failover, 3 nodes, RF=3, acks=all, production defaults")
     ax.legend(fontsize=7)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

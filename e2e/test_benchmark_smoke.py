@@ -71,6 +71,19 @@ def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
         assert (system, "replication 8p-1KiB", "produce") in rows
     assert "kafka RF=3 acks=all" in by_key[
         ("strom RF=3 acks=all", "replication 1p-100B", "produce")]["ratios"]
+    # Sections kafka-failover, kafka-curve8 and kafka-streams (issue 20): Kafka beside Strom
+    failover = ("failover kill -9", "unavailability median")
+    assert "kafka 3 nodes RF=3 acks=all" in by_key[
+        ("strom 3 brokers RF=3 acks=all (confluent-kafka)", *failover)]["ratios"]
+    for system in ("kafka 3 nodes RF=3 acks=all",
+                   "strom 3 brokers RF=3 acks=all (confluent-kafka)"):
+        assert by_key[(system, "failover kill -9", "acknowledged lost")]["value"] == 0
+        assert by_key[(system, "failover kill -9", "acknowledged records")]["value"] > 0
+    for rate in (500, 2000):
+        assert "kafka" in by_key[("strom (confluent-kafka)", "curve-8p-1KiB",
+                                  f"e2e p99 @{rate}/s")]["ratios"]
+    assert "kafka" in by_key[("strom (confluent-kafka)", "streams word count",
+                              "input lines/s")]["ratios"]
     # Section kafka-listener (issue 14): the Kafka listener beside the gRPC path, same broker.
     for workload, metric in (("1p-100B", "produce"), ("8p-1KiB", "consume"),
                              ("1p-100B", "e2e p99 @1000/s")):

@@ -492,7 +492,8 @@ def run_kafka_curve8(params: dict[str, Any], results: list[Result]) -> None:
 def run_kafka_streams(params: dict[str, Any], results: list[Result]) -> None:
     """Kafka Streams' WordCountDemo on the same input against one Apache Kafka node and one
     Strom broker (``benchmarks/kafka_streams.py``): the counts must be equal (else the run
-    fails), the rows are input lines per second from the first line to the last count."""
+    fails), the rows are input lines per second from a batch's first line to its last count,
+    median of ``repeats`` batches."""
     from benchmarks import kafka_streams as ks
     from strom.testing import running_broker
     from strom.testing.kafka import running_kafka
@@ -504,7 +505,8 @@ def run_kafka_streams(params: dict[str, Any], results: list[Result]) -> None:
         _progress(f"kafka streams: word count of {lines:,} lines on Kafka, then on Strom")
         with running_kafka(1, root=tmp, config={"auto.create.topics.enable": "false"}) as kafka, \
                 running_broker(Path(tmp) / "strom") as broker:
-            got = ks.compare(kafka.bootstrap, broker.kafka_bootstrap, Path(tmp) / "runs", lines)
+            got = ks.compare(kafka.bootstrap, broker.kafka_bootstrap, Path(tmp) / "runs", lines,
+                             int(params["repeats"]))
     for side in ("kafka", "strom"):
         if got[side]["counts"] != got["expected"]:
             wrong = {w: (got[side]["counts"].get(w), n) for w, n in got["expected"].items()
@@ -516,6 +518,7 @@ def run_kafka_streams(params: dict[str, Any], results: list[Result]) -> None:
                               got[side]["lines/s"], "lines/s",
                               peers=[] if side == "kafka" else [KAFKA],
                               extra={"lines": lines, "seconds": got[side]["seconds"],
+                                     "batch lines/s": got[side]["batch lines/s"],
                                      "words": sum(got["expected"].values()),
                                      "load_avg_1m": os.getloadavg()[0]}))
 

@@ -52,6 +52,7 @@ record() { printf '%s %ss\n' "$1" "$2" | tee -a "$LOG" >&2; }
 kube_step() {
 cd "$DIR/src/kubernetes"
 t=$(now)
+say "Kubernetes $K8S_VERSION + etcd $ETCD_VERSION: module download (go mod tidy)"
 KMOD_JSON="$("${NICE[@]}" go mod download -json "k8s.io/kubernetes@$K8S_VERSION")"
 KMOD="$(printf '%s' "$KMOD_JSON" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
 [ -f "$KMOD" ] || die "could not download k8s.io/kubernetes@$K8S_VERSION"
@@ -110,6 +111,7 @@ done
 PKGS=(./cmd/etcd)
 for c in "${KUBE_CMDS[@]}"; do PKGS+=("k8s.io/kubernetes/cmd/$c"); done
 t=$(now)
+say "Kubernetes + etcd: compile and link 7 binaries (cold: ~860 CPU-seconds)"
 "${NICE[@]}" go build -ldflags "$LDF" -o "$BIN/" "${PKGS[@]}" >>"$LOG" 2>&1 \
     || die "go build of Kubernetes failed (see $LOG)"
 record "kubernetes+etcd compile+link (7 binaries)" $(( $(now) - t ))
@@ -198,6 +200,7 @@ func init() {
 func main() { coremain.Run() }
 GO
 t=$(now)
+say "CoreDNS $COREDNS_VERSION: module download, then compile and link"
 "${NICE[@]}" go mod tidy >>"$LOG" 2>&1 || die "go mod tidy failed for CoreDNS (see $LOG)"
 record "coredns module download (go mod tidy)" $(( $(now) - t ))
 t=$(now)
@@ -210,6 +213,7 @@ done_step "coredns-$COREDNS_VERSION" || { coredns_step; mark_step "coredns-$CORE
 # --- helm: installs directly from its module ------------------------------------------------
 if ! done_step "helm-$HELM_VERSION"; then
 t=$(now)
+say "helm $HELM_VERSION: go install (download, compile, link)"
 GOBIN="$BIN" "${NICE[@]}" go install -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >>"$LOG" 2>&1 || die "go install of helm failed (see $LOG)"
 record "helm download+compile+link" $(( $(now) - t ))

@@ -5,18 +5,22 @@ from __future__ import annotations
 import io
 import struct
 
+import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
 
 from strom.broker.kafka.apis import SUPPORTED
+from strom.broker.kafka.context import code
 from strom.broker.kafka.frames import (
+    BIG_WRITE,
     ApiVersionsFallback,
     Reject,
     Request,
     api_versions_fallback,
     encode_response,
+    encode_response_chunks,
     parse_request,
     read_size,
 )
@@ -115,3 +119,42 @@ def test_served_versions_cover_what_kafka_4_0_advertises() -> None:
     for key, (low, high) in kafka_4_0.items():
         served_low, served_high = SUPPORTED[key]
         assert served_low <= low and served_high >= high, key
+
+
+def _kio_frame(correlation_id: int, response: object) -> bytes:
+    """The whole frame as kio writes it into one buffer (how responses were encoded before)."""
+    buffer = io.BytesIO()
+    header_type = type(response).__header_schema__  # type: ignore[attr-defined]
+    entity_writer(header_type)(buffer, header_type(correlation_id=correlation_id))
+    entity_writer(type(response))(buffer, response)  # type: ignore[arg-type]
+    data = buffer.getvalue()
+    return struct.pack(">i", len(data)) + data
+
+
+@pytest.mark.parametrize("version", range(SUPPORTED[1][0], SUPPORTED[1][1] + 1))
+def test_fetch_responses_are_kios_bytes_with_the_record_sets_not_copied(version: int) -> None:
+    import datetime
+    import uuid
+
+    from strom.broker.kafka.context import Context
+
+    ctx = Context(None, Request(1, version, 0, "", None), "kafka", SUPPORTED)  # type: ignore[arg-type]
+    big = bytes(range(256)) * (BIG_WRITE // 256 + 3)  # stands for a record set read from a log
+    other = b"\x01" * (3 * BIG_WRITE)
+    small = b"\x02" * 100
+
+    def part(index: int, records: bytes | None) -> object:
+        return ctx.build("PartitionData", partition_index=index, error_code=code(0),
+                         high_watermark=9, last_stable_offset=9, log_start_offset=0,
+                         aborted_transactions=None, preferred_read_replica=-1, records=records)
+
+    topics = (ctx.build("FetchableTopicResponse", topic="a", topic_id=uuid.UUID(int=7),
+                        partitions=(part(0, big), part(1, small), part(2, b""))),
+              ctx.build("FetchableTopicResponse", topic="b", topic_id=uuid.UUID(int=8),
+                        partitions=(part(0, other),)))
+    response = ctx.build("FetchResponse", throttle_time=datetime.timedelta(0),
+                         error_code=code(0), session_id=5, responses=topics)
+    chunks = encode_response_chunks(99, response)
+    assert b"".join(chunks) == _kio_frame(99, response)
+    assert sum(c is big for c in chunks) == 1 and sum(c is other for c in chunks) == 1
+    assert not any(c is small for c in chunks)  # small writes are gathered, not kept apart

@@ -29,17 +29,46 @@ accepted and equals read_uncommitted: there are no transactions), preferred read
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from strom.broker.core import BrokerCore
 from strom.broker.requests import require_topic_names
-from strom.protocol.batch import iter_headers, next_offset_after, whole_batches_within
+from strom.protocol.batch import summarize, whole_batches_within
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2
 
 DEFAULT_PARTITION_MAX_BYTES = 1_048_576
 
 
+@dataclass(slots=True)
+class PartitionRead:
+    """One partition's part of a fetch answer, before either front encodes it: the gRPC front
+    copies it into its protobuf, the Kafka front writes ``records`` into the response frame as
+    they came from the log (the same bytes object, never copied)."""
+
+    topic: str
+    partition: int
+    error_code: int = 0
+    error_message: str = ""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    record_count: int = 0
+
+
 async def handle(core: BrokerCore, request: broker_pb2.FetchRequest) -> broker_pb2.FetchResponse:
+    """The gRPC Fetch: :func:`read`, copied into the protobuf answer."""
+    response = broker_pb2.FetchResponse()
+    for r in await read(core, request):
+        response.partitions.add(topic=r.topic, partition=r.partition, error_code=r.error_code,
+                                error_message=r.error_message, high_watermark=r.high_watermark,
+                                log_start_offset=r.log_start_offset, records=r.records)
+    return response
+
+
+async def read(core: BrokerCore, request: broker_pb2.FetchRequest) -> list[PartitionRead]:
+    """Serve one fetch (long-poll included): one :class:`PartitionRead` per requested
+    partition, in request order; counted in the bytes/messages-out metrics once."""
     _validate(request)
     max_bytes = min(request.max_bytes or core.config.fetch_max_bytes, core.config.fetch_max_bytes)
     loop = asyncio.get_running_loop()
@@ -47,7 +76,7 @@ async def handle(core: BrokerCore, request: broker_pb2.FetchRequest) -> broker_p
     tps = [(p.topic, p.partition) for p in request.partitions]
     waiters = core.replicas.waiters
     while True:
-        response, total, done = read_once(core, request, max_bytes)
+        reads, total, done = read_once(core, request, max_bytes)
         remaining = deadline - loop.time()
         if done or total >= request.min_bytes or remaining <= 0 or waiters.closed:
             break
@@ -58,8 +87,8 @@ async def handle(core: BrokerCore, request: broker_pb2.FetchRequest) -> broker_p
             pass
         finally:
             waiters.unregister(tps, event)
-    _count_out(core, response)
-    return response
+    _count_out(core, reads)
+    return reads
 
 
 def _validate(request: broker_pb2.FetchRequest) -> None:
@@ -81,20 +110,20 @@ def _validate(request: broker_pb2.FetchRequest) -> None:
 
 
 def read_once(core: BrokerCore, request: broker_pb2.FetchRequest, max_bytes: int
-              ) -> tuple[broker_pb2.FetchResponse, int, bool]:
-    """One pass over the partitions: (response, bytes of records, respond-now?).
+              ) -> tuple[list[PartitionRead], int, bool]:
+    """One pass over the partitions: (reads, bytes of records, respond-now?).
 
     Respond now when a partition has an error, or when some partition returned less than the
     data it has below the high watermark (the read stopped at a size limit or a segment end):
     waiting for appends would not make this response any bigger.
     """
-    response = broker_pb2.FetchResponse()
+    reads: list[PartitionRead] = []
     remaining = max_bytes
     total = 0
     done = False
     for p in request.partitions:
-        out = response.partitions.add(topic=p.topic, partition=p.partition, high_watermark=-1,
-                                      log_start_offset=-1)
+        out = PartitionRead(p.topic, p.partition)
+        reads.append(out)
         try:
             if p.partition_max_bytes < 0:
                 raise StromError(ErrorCode.INVALID_FETCH_SIZE,
@@ -120,18 +149,19 @@ def read_once(core: BrokerCore, request: broker_pb2.FetchRequest, max_bytes: int
         if not records:
             done = True  # data exists but does not fit this response
             continue
+        summary = summarize(records)
         out.records = records
+        out.record_count = summary.records
         total += len(records)
         remaining -= len(records)
-        if next_offset_after(records) < result.high_watermark:
+        if summary.next_offset < result.high_watermark:
             done = True
-    return response, total, done
+    return reads, total, done
 
 
-def _count_out(core: BrokerCore, response: broker_pb2.FetchResponse) -> None:
+def _count_out(core: BrokerCore, reads: list[PartitionRead]) -> None:
     metrics = core.metrics
-    for p in response.partitions:
-        if p.records:
-            metrics.bytes_out.labels(p.topic).inc(len(p.records))
-            metrics.messages_out.labels(p.topic).inc(
-                sum(h.records_count for h in iter_headers(p.records)))
+    for r in reads:
+        if r.records:
+            metrics.bytes_out.labels(r.topic).inc(len(r.records))
+            metrics.messages_out.labels(r.topic).inc(r.record_count)

@@ -8,6 +8,12 @@ OFFSET_OUT_OF_RANGE), topic ids (v13+; an unknown id answers UNKNOWN_TOPIC_ID), 
 returned exactly as stored (never decoded or re-encoded), ``last_stable_offset`` equal to the
 high watermark (there are no transactions, so read_committed reads the same records).
 
+Record bytes are not copied on the way out: :func:`strom.broker.fetch.read` hands over the
+bytes object the log read returned, kio's writer puts it into the response as one chunk of a
+list (:func:`strom.broker.kafka.frames.encode_response_chunks`), and the listener writes the
+chunks to the socket (Kafka's zero-copy ``FileRecords.writeTo`` in spirit: here one read from the
+segment file, then the socket).
+
 Fetch sessions (KIP-227, :mod:`strom.broker.kafka.fetch_sessions`): a full fetch with epoch 0
 opens a session, answered with its id; incremental fetches name only new or changed partitions
 (and ``forgotten_topics_data``) and their answers carry only partitions with records, errors or a
@@ -81,12 +87,11 @@ async def handle(ctx: Context) -> Any:
         request.partitions.add(topic=name, partition=partition, fetch_offset=wanted.fetch_offset,
                                partition_max_bytes=wanted.max_bytes,
                                current_leader_epoch=wanted.current_leader_epoch)
-    results: dict[tuple[str, int], Any] = {}
+    results: dict[tuple[str, int], fetch.PartitionRead] = {}
     whole: StromError | None = None
     if request.partitions:
         try:
-            answer = await fetch.handle(core, request)
-            results = {(p.topic, p.partition): p for p in answer.partitions}
+            results = {(r.topic, r.partition): r for r in await fetch.read(core, request)}
         except StromError as err:
             whole = err
     committed = request.isolation_level == 1

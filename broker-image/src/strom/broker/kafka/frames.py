@@ -22,7 +22,6 @@ What a frame becomes (:func:`parse_request`):
 from __future__ import annotations
 
 import dataclasses
-import io
 import struct
 import typing
 from dataclasses import dataclass
@@ -170,17 +169,58 @@ def null_field(entity: Any, path: str = "") -> str | None:
     return None
 
 
-def encode_response(correlation_id: int, response: Any) -> bytes:
-    """A size-prefixed response frame with the header version the response's schema names."""
-    buffer = io.BytesIO()
-    buffer.write(b"\0\0\0\0")
+#: Writes at least this long (record sets) stay separate chunks of an encoded response instead of
+#: being copied into it.
+BIG_WRITE = 16_384
+
+Chunk = bytes | bytearray | memoryview
+
+
+class _Chunks:
+    """A kio ``Writable`` that keeps the response as a list of chunks: small writes (sizes,
+    ids, strings) are gathered into bytearrays, writes of ``BIG_WRITE`` bytes or more (the
+    record sets of Fetch) are kept as the very objects kio was given, so no record byte is
+    copied between the log read and the socket."""
+
+    __slots__ = ("_small", "chunks", "size")
+
+    def __init__(self) -> None:
+        self._small = bytearray(4)  # the frame's size prefix, filled in by finish()
+        self.chunks: list[Chunk] = [self._small]
+        self.size = 0
+
+    def write(self, data: Chunk) -> int:
+        n = len(data)
+        if n >= BIG_WRITE:
+            self.chunks.append(data)
+            self._small = bytearray()
+            self.chunks.append(self._small)
+        else:
+            self._small += data
+        self.size += n
+        return n
+
+    def finish(self) -> list[Chunk]:
+        head = self.chunks[0]
+        assert isinstance(head, bytearray)
+        _SIZE.pack_into(head, 0, self.size)
+        return [c for c in self.chunks if len(c)]
+
+
+def encode_response_chunks(correlation_id: int, response: Any) -> list[Chunk]:
+    """A size-prefixed response frame with the header version the response's schema names, as
+    chunks to write in order (record sets not copied: see :class:`_Chunks`)."""
+    out = _Chunks()
+    buffer: Any = out  # kio's writers only call ``write`` (its Writable type names IO[bytes])
     header_type = type(response).__header_schema__
     entity_writer(header_type)(buffer, header_type(correlation_id=correlation_id))
     entity_writer(type(response))(buffer, response)
-    data = buffer.getbuffer()
-    _SIZE.pack_into(data, 0, len(data) - 4)
-    del data
-    return buffer.getvalue()
+    return out.finish()
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """:func:`encode_response_chunks` joined into one ``bytes``."""
+    return b"".join(encode_response_chunks(correlation_id, response))
 
 
 def api_versions_fallback(fallback: ApiVersionsFallback,

@@ -42,9 +42,10 @@ from strom.broker.kafka.context import Context
 from strom.broker.kafka.fetch_sessions import FetchSessionCache
 from strom.broker.kafka.frames import (
     ApiVersionsFallback,
+    Chunk,
     Reject,
     api_versions_fallback,
-    encode_response,
+    encode_response_chunks,
     parse_request,
     read_size,
 )
@@ -54,6 +55,8 @@ from strom.protocol.errors import ErrorCode
 from strom.ratelimit import RateLimitedLog
 
 log = logging.getLogger("strom.broker.kafka")
+#: Record sets go to the socket in pieces of this size (see ``KafkaListener._send``).
+SEND_PIECE = 1 << 20
 _client_caused = RateLimitedLog(log)
 
 
@@ -173,16 +176,28 @@ class KafkaListener:
         if response is None:
             return True
         try:
-            data = encode_response(parsed.correlation_id, response)
+            data = encode_response_chunks(parsed.correlation_id, response)
         except Exception:
             log.exception("Kafka %s v%d response to %s could not be encoded; closing the "
                           "connection", api.name, parsed.api_version, peer)
             return False
         return await self._send(writer, data)
 
-    async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> bool:
-        writer.write(data)
+    async def _send(self, writer: asyncio.StreamWriter, data: bytes | list[Chunk]) -> bool:
+        """Write a response and wait until the socket took it (below the high-water mark).
+
+        Chunks of a record set are written in pieces of ``SEND_PIECE`` bytes, each handed to the
+        socket first: the transport copies only what the socket does not take at once, and at
+        most one piece of it at a time."""
         async with asyncio.timeout(self.idle_s):
+            for chunk in [data] if isinstance(data, bytes) else data:
+                if len(chunk) <= SEND_PIECE:
+                    writer.write(chunk)
+                    continue
+                view = memoryview(chunk)
+                for start in range(0, len(view), SEND_PIECE):
+                    writer.write(view[start:start + SEND_PIECE])
+                    await writer.drain()
             await writer.drain()
         return True
 

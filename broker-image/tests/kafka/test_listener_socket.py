@@ -114,3 +114,47 @@ def test_metrics_count_kafka_requests_and_connections_by_listener(broker: Broker
     assert 'strom_broker_request_duration_seconds_count{api="ApiVersions",listener="PLAINTEXT"}' \
         in text
     assert 'strom_broker_connections_created_total{listener="PLAINTEXT"}' in text
+
+
+def test_many_pipelined_produce_requests_are_appended_and_answered_in_order(
+        broker: BrokerProcess) -> None:
+    # librdkafka's default (linger.ms=0, up to 1,000,000 in flight): one request per record, all
+    # sent before any answer. The answers to requests already read may share one write, but
+    # each is answered, in request order, with the offset its batch got.
+    import datetime
+
+    from kio.schema.produce.v9.request import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+    from kio.schema.produce.v9.response import ProduceResponse
+
+    from strom.protocol.records import encode_batch
+
+    from .conftest import new_topic
+
+    topic = new_topic(broker)
+    count = 300
+
+    def produce(i: int) -> bytes:
+        body = ProduceRequest(transactional_id=None, acks=1,  # type: ignore[arg-type]
+                              timeout=datetime.timedelta(seconds=30), topic_data=(
+                                  TopicProduceData(name=topic, partition_data=(  # type: ignore[arg-type]
+                                      PartitionProduceData(index=0, records=encode_batch(  # type: ignore[arg-type]
+                                          [(None, b"r%d" % i)])),)),))
+        return _request(0, 9, 1000 + i, body)
+
+    with _connect(broker) as s:
+        s.sendall(b"".join(produce(i) for i in range(count)))
+        frames = [_read_frame(s) for _ in range(count)]
+    answers = [(struct.unpack_from(">i", f)[0], entity_reader(ProduceResponse)(f, 5)[0])
+               for f in frames]
+    assert [cid for cid, _ in answers] == [1000 + i for i in range(count)]
+    parts = [a.responses[0].partition_responses[0] for _, a in answers]
+    assert [p.error_code for p in parts] == [0] * count
+    assert [p.base_offset for p in parts] == list(range(count))
+    from .test_produce_fetch_clients import consume
+
+    assert [m.value() for m in consume(broker, topic, 1, count)] == [
+        b"r%d" % i for i in range(count)]  # appended in the order they were sent

@@ -6,8 +6,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from strom import pod_init
 from strom.broker import config as broker_config
-from strom_operator.model import broker_init, manifests, specs
+from strom_operator.model import manifests, specs
 from tests.helpers import EXAMPLES, K8S_VERSION, load_all
 
 REF = manifests.ClusterRef("my-cluster", "kafka", "3f1c-uid", 2)
@@ -108,7 +109,16 @@ def test_statefulset():
         for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]
     }
     assert keys == {"kubernetes.io/hostname": 100, "topology.kubernetes.io/zone": 50}
-    env = {e["name"]: e for e in pod["initContainers"][0]["env"]}
+    init = pod["initContainers"][0]
+    # the image's own init step reads the mounted shared config, writes what the broker starts from
+    assert init["image"] == broker["image"]
+    assert init["command"][:3] == ["python3", "-m", "strom.pod_init"]
+    flags = dict(zip(init["command"][3::2], init["command"][4::2], strict=True))
+    mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    assert flags["--template"] == f"{mounts['config']}/server.properties"
+    assert flags["--output"] == broker["command"][broker["command"].index("--config") + 1]
+    assert flags["--output"].startswith(mounts["run"] + "/")
+    env = {e["name"]: e for e in init["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env["STROM_RACK_TOPOLOGY_KEY"]["value"] == "topology.kubernetes.io/zone"
     annotations = spec["template"]["metadata"]["annotations"]
@@ -151,7 +161,7 @@ def test_config_map_broker_config():
     assert props["num.partitions"] == "3" and props["log.retention.ms"] == "604800000"
     assert props["cluster.id"] == "3f1c-uid"
     assert "broker.id" not in props  # per pod, from the ordinal
-    assert "def broker_id_of" in cm["data"]["broker_init.py"]
+    assert set(cm["data"]) == {"server.properties"}  # no code: the init step is the image's
     domain = f"my-cluster-brokers.{REF.namespace}.svc"
     voters = [f"{i}@my-cluster-broker-{i}.{domain}:9092"
               for i in range(EXAMPLE.controllers.replicas)]
@@ -164,7 +174,7 @@ def test_every_pod_gets_a_config_the_broker_accepts():
     template = cm["data"]["server.properties"]
     voters = EXAMPLE.controllers.replicas
     for ordinal in range(EXAMPLE.brokers.replicas + 2):  # also pods added by a scale-out
-        text = broker_init.render(template, pod_name=f"my-cluster-broker-{ordinal}",
+        text = pod_init.render(template, pod_name=f"my-cluster-broker-{ordinal}",
                                   headless_domain="my-cluster-brokers.ns.svc", rack="zone-a")
         loaded = broker_config.BrokerConfig.from_mapping(_properties(text))
         assert loaded.broker_id == ordinal
@@ -225,8 +235,8 @@ def test_network_policy_lets_the_operator_reach_only_the_grpc_port():
     }
 
 
-def test_broker_init_renders_per_pod_config():
-    out = broker_init.render(
+def test_pod_init_renders_per_pod_config():
+    out = pod_init.render(
         "port=9092\n",
         pod_name="my-cluster-broker-2",
         headless_domain="my-cluster-brokers.kafka.svc",
@@ -240,10 +250,10 @@ def test_broker_init_renders_per_pod_config():
         "advertised.host": "my-cluster-broker-2.my-cluster-brokers.kafka.svc",
     }
     assert "broker.rack" not in _properties(
-        broker_init.render("", pod_name="c-broker-0", headless_domain="d", rack="")
+        pod_init.render("", pod_name="c-broker-0", headless_domain="d", rack="")
     )
     with pytest.raises(ValueError, match="ordinal"):
-        broker_init.broker_id_of("no-ordinal-here")
+        pod_init.broker_id_of("no-ordinal-here")
 
 
 def test_manifests_are_yaml_serialisable():

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import json
 from typing import Any
 
-from strom_operator.model import broker_init
 from strom_operator.model.fields import config_value_str
 from strom_operator.model.specs import API_VERSION, StromClusterSpec
 
@@ -189,7 +187,6 @@ def config_map(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
         "metadata": _meta(ref, Names(ref.name).config),
         "data": {
             "server.properties": render_properties(ref, broker_config(ref, spec)),
-            "broker_init.py": inspect.getsource(broker_init),
         },
     }
 
@@ -408,7 +405,9 @@ def statefulset(ref: ClusterRef, spec: StromClusterSpec) -> dict[str, Any]:
         "name": "broker-init",
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": ["python3", f"{CONFIG_DIR}/broker_init.py"],
+        # the broker image's own init step (strom.pod_init), not a script carried in the ConfigMap
+        "command": ["python3", "-m", "strom.pod_init", "--template",
+                    f"{CONFIG_DIR}/server.properties", "--output", f"{RUN_DIR}/server.properties"],
         "env": _env(ref, spec),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},

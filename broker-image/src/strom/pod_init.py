@@ -3,18 +3,22 @@
 Kubernetes' downward API can give a pod its own name and its node's name, but not the node's labels,
 so the rack (e.g. the node's ``topology.kubernetes.io/zone``) is read here from the API server with
 the pod's service account token (the chart's ``strom-broker-rack`` ClusterRole allows get nodes).
-The StatefulSet runs this file, shipped in the cluster's ConfigMap, with the broker image's Python:
+The operator's StatefulSet runs it in an init container of the broker image (so the code the pod
+runs is the code of the image it runs, not a copy carried in a ConfigMap):
 
-    python3 /etc/strom/init/broker_init.py
+    python3 -m strom.pod_init --template /etc/strom/server.properties \
+        --output /var/run/strom/server.properties
 
-It reads the shared config ``/etc/strom/server.properties`` (written by the operator), appends the
-per-pod keys (``broker.id``, ``advertised.host``, ``broker.rack``) and writes
-``/var/run/strom/server.properties``, which the broker container starts from.  Only the standard
-library is used; the pure parts (:func:`broker_id_of`, :func:`render`) are unit-tested.
+It reads the shared config (written by the operator into the cluster's ConfigMap), appends the
+per-pod keys (``broker.id``, ``advertised.host``, ``broker.rack``) and writes the file the broker
+container starts from. Only the standard library is used (the init container has 64 MiB; an
+import-linter contract keeps it so); the pure parts (:func:`broker_id_of`, :func:`render`) are
+unit-tested, and a test runs the module as the pod does.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import ssl
@@ -22,8 +26,6 @@ import sys
 import urllib.request
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-TEMPLATE = "/etc/strom/server.properties"
-OUTPUT = "/var/run/strom/server.properties"
 
 
 def broker_id_of(pod_name: str) -> int:
@@ -60,7 +62,15 @@ def node_label(node_name: str, key: str) -> str:  # pragma: no cover - needs a c
     return str(node.get("metadata", {}).get("labels", {}).get(key, ""))
 
 
-def main() -> int:  # pragma: no cover - runs in the pod
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m strom.pod_init",
+        description="Write a broker pod's config: the shared one plus broker.id, "
+                    "advertised.host and broker.rack (POD_NAME, STROM_HEADLESS_DOMAIN, "
+                    "STROM_RACK_TOPOLOGY_KEY, NODE_NAME from the environment).")
+    parser.add_argument("--template", required=True, help="the shared server.properties")
+    parser.add_argument("--output", required=True, help="where to write this pod's config")
+    args = parser.parse_args(argv)
     pod_name = os.environ["POD_NAME"]
     domain = os.environ["STROM_HEADLESS_DOMAIN"]
     key = os.environ.get("STROM_RACK_TOPOLOGY_KEY", "")
@@ -72,10 +82,10 @@ def main() -> int:  # pragma: no cover - runs in the pod
                 f"warning: node {os.environ['NODE_NAME']} has no label {key}; no broker.rack",
                 file=sys.stderr,
             )
-    with open(TEMPLATE, encoding="utf-8") as f:
+    with open(args.template, encoding="utf-8") as f:
         template = f.read()
-    os.makedirs(os.path.dirname(OUTPUT), exist_ok=True)
-    with open(OUTPUT, "w", encoding="utf-8") as f:
+    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as f:
         f.write(render(template, pod_name=pod_name, headless_domain=domain, rack=rack))
     print(f"broker.id={broker_id_of(pod_name)} broker.rack={rack or '(none)'}")
     return 0

@@ -94,7 +94,7 @@ def test_create_produce_fetch(stubs: Stubs) -> None:
     assert [p.leader for p in metadata.topics[0].partitions] == [0, 0, 0]
 
 
-def test_long_poll_wakes_on_produce(stubs: Stubs) -> None:
+def test_long_poll_wakes_on_produce(stubs: Stubs, broker: BrokerProcess) -> None:
     stubs.create("poll")
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         started = time.monotonic()
@@ -102,7 +102,7 @@ def test_long_poll_wakes_on_produce(stubs: Stubs) -> None:
             min_bytes=1, max_wait_ms=20_000, partitions=[
                 broker_pb2.FetchPartition(topic="poll", partition=0, fetch_offset=0)]),
             timeout=30)
-        time.sleep(0.3)
+        wait_until(lambda: _inflight(broker) == 1, 10, what="the fetch to be in the long poll")
         assert not future.done()
         stubs.produce("poll", [b"wake"])
         response = future.result(timeout=10)

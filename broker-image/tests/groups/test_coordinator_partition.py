@@ -109,7 +109,7 @@ async def test_join_sync_persists_the_group_before_answering_sync() -> None:
     log.hold = asyncio.Event()
     sync = asyncio.ensure_future(part.handle("g", SyncGroup(
         None, joined.member_id, 1, None, {joined.member_id: (("t", 0),)})))
-    await asyncio.sleep(0.01)
+    await async_wait_until(lambda: log.records, 5, what="the group record written (held)")
     assert not sync.done(), "SyncGroup answered before its group record was written"
     assert [type(decode_key(r.key)) for r in log.records] == [GroupKey]
     stored = decode_group_value(log.records[0].value or b"")
@@ -137,7 +137,7 @@ async def test_commit_is_visible_only_once_durable() -> None:
     log.hold = asyncio.Event()
     commit = asyncio.ensure_future(part.commit("g", "", -1, None, {
         ("t", 0): OffsetAndMetadata(5, clock.now)}))
-    await asyncio.sleep(0.01)
+    await async_wait_until(lambda: log.records, 5, what="the commit record written (held)")
     assert part.fetch("g", [("t", 0)]) == {("t", 0): None}
     log.hold.set()
     assert await commit is ErrorCode.NONE
@@ -227,7 +227,7 @@ async def test_unload_answers_parked_requests_not_coordinator() -> None:
     first = await part.handle("g", join())
     assert isinstance(first, JoinGroupResponse)
     parked = asyncio.ensure_future(part.handle("g", join(first.member_id)))
-    await asyncio.sleep(0.01)
+    await async_wait_until(lambda: part._waiting, 5, what="the JoinGroup parked")
     assert not parked.done()
     part.unload()
     response = await asyncio.wait_for(parked, 1)

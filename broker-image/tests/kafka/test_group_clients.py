@@ -102,9 +102,15 @@ def test_three_members_share_partitions_rebalance_and_resume_from_commits(
         if m is not None and m.error() is None:
             values.append(m.value())
 
-    assert _until(lambda: len(values) >= 60, 60, poll_one)
-    time.sleep(1)
-    poll_one()
+    def read_to_the_end() -> bool:
+        """Every partition's position is its high watermark: nothing more can arrive, so a
+        record delivered twice would already be in ``values``."""
+        assigned = again.assignment()
+        return len(assigned) == 6 and all(
+            tp.offset == again.get_watermark_offsets(tp, timeout=10)[1]
+            for tp in again.position(assigned))
+
+    assert _until(lambda: len(values) >= 60 and read_to_the_end(), 60, poll_one)
     again.close()
     assert sorted(values) == sorted(b"%d" % i for i in range(60))
 

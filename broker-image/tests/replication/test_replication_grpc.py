@@ -125,7 +125,7 @@ async def test_leadership_loss_fails_waiting_acks_all(cluster: Cluster) -> None:
     cluster.set_view(_view(0, 0, (0, 1), (0, 1)))
     leader = cluster.nodes[0].m
     waiting = asyncio.create_task(leader.append("t", 0, _batch(0), -1, LogConfig(), 5000))
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: len(leader._acks) == 1, what="the append waiting for acks=all")
     assert not waiting.done()
     cluster.set_view(_view(1, 1, (0, 1), (1,), partition_epoch=1))
     with pytest.raises(StromError) as err:
@@ -253,7 +253,8 @@ async def test_new_epoch_same_leader_keeps_waiting_acks_all(cluster: Cluster) ->
     cluster.set_view(_view(0, 0, (0, 1), (0, 1)))
     waiting = asyncio.create_task(
         cluster.nodes[0].m.append("t", 0, _batch(0), -1, LogConfig(), 5000))
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: len(cluster.nodes[0].m._acks) == 1,
+                     what="the append waiting for acks=all")
     cluster.set_view(_view(0, 1, (0, 1), (0, 1), partition_epoch=1))
     await cluster.start(1)
     result = await waiting
@@ -269,7 +270,9 @@ async def test_partition_added_to_a_busy_fetcher_does_not_wait_out_the_long_poll
         cluster.set_view(_view(0, 0, (0, 1), (0, 1), topic="a"))
         cluster.set_view(_view(0, 0, (0,), (0,), topic="b"))
         await cluster.nodes[0].m.append("b", 0, _batch(0), 1, LogConfig(), 1000)
-        await asyncio.sleep(0.3)  # broker 1's fetcher is now parked in a 5 s long-poll on "a"
+        # broker 1's fetcher is parked in a 5 s long-poll on "a" (the leader holds its fetch)
+        await wait_until(lambda: len(cluster.nodes[0].m.waiters) >= 1,
+                         what="broker 1's fetch parked on the leader")
         cluster.set_view(_view(0, 0, (0, 1), (0,), 1, topic="b"))
         took = await wait_until(lambda: cluster.nodes[1].log("b").log_end_offset == 1,
                                 timeout_s=4, what="b fetched")

@@ -166,7 +166,8 @@ def test_every_broker_dashboard_panel_has_data(tmp_path: Path) -> None:
                 _reassign_one_partition(cluster)
                 prom.wait_for("the group's committed offsets in Prometheus", lambda: prom.query(
                     f'strom_consumer_group_committed_offset{{group="{GROUP}"}}'), timeout=60)
-                time.sleep(5)  # a few scrapes after the reassignment, for rate() windows
+                # rate() windows need a few scrapes after the reassignment: each panel's query
+                # below is polled until it has data (bounded), not given a fixed head start
                 checked = empty = 0
                 failures: list[str] = []
                 for path in paths:

@@ -6,13 +6,16 @@ as its consumer group's committed offsets in Strom).
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from strom.client import Admin
 from strom.testing.kafka_tools import running_java
+from strom.testing.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -37,15 +40,25 @@ def wait_for_lines(path: Path, want: list[str], worker: Any, timeout: float = 12
                         f"{worker.log_tail()}"
 
 
+def source_position(offsets: Path) -> int | None:
+    """The FileStreamSource's last flushed position: the worker's offset file is a Java-serialised
+    map whose values are the JSON converter's bytes, ``{"position":N}``."""
+    if not offsets.exists():
+        return None
+    found = re.findall(rb'"position":(\d+)', offsets.read_bytes())
+    return int(found[-1]) if found else None
+
+
 def test_file_source_to_file_sink_through_strom_survives_a_worker_restart(
         pair: Any, name: Any, tmp_path: Path) -> None:
     topic = name("connect")
     source, sink = tmp_path / "in.txt", tmp_path / "out.txt"
+    offsets = tmp_path / "connect.offsets"
     worker = properties(tmp_path / "worker.properties", {
         "bootstrap.servers": pair.strom.bootstrap,
         "key.converter": "org.apache.kafka.connect.storage.StringConverter",
         "value.converter": "org.apache.kafka.connect.storage.StringConverter",
-        "offset.storage.file.filename": str(tmp_path / "connect.offsets"),
+        "offset.storage.file.filename": str(offsets),
         "offset.flush.interval.ms": "500",
         "listeners": "http://127.0.0.1:0",
         "topic.creation.enable": "false",
@@ -69,7 +82,9 @@ def test_file_source_to_file_sink_through_strom_survives_a_worker_restart(
                       log_path=tmp_path / "worker-1.log", name="connect worker",
                       heap=("-Xmx384m",)) as proc:
         wait_for_lines(sink, first, proc)
-        time.sleep(1.5)  # let the source's offsets be flushed (every 500 ms)
+        size = source.stat().st_size  # the source's offsets flushed (every 500 ms) at the end
+        wait_until(lambda: source_position(offsets) == size, 30,
+                   what=f"the source's flushed position {size} in {offsets}")
     more = [f"more {i}" for i in range(20)]
     with source.open("a") as fh:
         fh.write("".join(f"{line}\n" for line in more))
@@ -77,5 +92,16 @@ def test_file_source_to_file_sink_through_strom_survives_a_worker_restart(
                       log_path=tmp_path / "worker-2.log", name="connect worker",
                       heap=("-Xmx384m",)) as proc:
         wait_for_lines(sink, first + more, proc)
-        time.sleep(2)  # nothing read twice arrives late
+        # nothing read twice can still arrive: the source has read the whole file and the
+        # sink's group has committed (after writing) everything the topic holds
+        size = source.stat().st_size
+        with Admin(pair.strom_broker.bootstrap) as strom:
+            def sink_at_the_end() -> bool:
+                lag = strom.group_lag(f"connect-{topic}-sink")
+                return source_position(offsets) == size and bool(lag) and all(
+                    p.committed == p.log_end_offset for p in lag)
+
+            wait_until(sink_at_the_end, 30, interval_s=0.2,
+                       what="the source at the end of its file and the sink's commits at the "
+                            "end of the topic")
         assert sink.read_text().splitlines() == first + more

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from strom.client import AsyncProducer, Producer, TopicPartition
-from strom.client.fetcher import ConsumerCore, ConsumerSettings
+from strom.client.consumer_settings import ConsumerSettings
+from strom.client.fetcher import ConsumerCore
 from strom.client.partitioner import murmur2
 from strom.client.positions import CompletedFetch
 from strom.client.produce_request import encode_produce_request

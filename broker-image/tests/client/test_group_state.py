@@ -12,7 +12,7 @@ import re
 import pytest
 
 from strom.client.commits import CommitFailedError
-from strom.client.fetcher import ConsumerSettings
+from strom.client.consumer_settings import ConsumerSettings
 from strom.client.group_state import (
     AssignmentPlan,
     HeartbeatOutcome,

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, Unpack
 
 from strom.client.consumer_front import ConsumerFront
-from strom.client.fetcher import ConsumerOptions
+from strom.client.consumer_settings import ConsumerOptions
 from strom.client.group_member import GroupMember, listener_calls
 from strom.client.group_state import RebalanceCallbacks
 from strom.client.loop_thread import LoopThread

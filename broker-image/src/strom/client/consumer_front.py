@@ -16,7 +16,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Unpack
 
-from strom.client.fetcher import ConsumerCore, ConsumerOptions, ConsumerSettings
+from strom.client.consumer_settings import ConsumerOptions, ConsumerSettings
+from strom.client.fetcher import ConsumerCore
 from strom.client.group_member import (
     GroupMember,
     check_listener,
@@ -148,7 +149,7 @@ class ConsumerFront:
     def subscription(self) -> set[str]:
         """The topics subscribed to (for a pattern: those it matched at the last check)."""
         g = self._group
-        return set(g.topics) if g is not None and g.subscribed else set()
+        return set(g.state.topics) if g is not None and g.subscribed else set()
 
     def _drop_assignment(self) -> None:
         """The end of ``unsubscribe()``: no manual assignment, no partitions, no fetches."""
@@ -190,7 +191,7 @@ class ConsumerFront:
         if now < self._next_auto_commit:
             return
         self._next_auto_commit = now + self._settings.auto_commit_interval_ms / 1000.0
-        if (g.subscribed and g.generation >= 0 and not g.rejoin_needed) or (
+        if (g.subscribed and g.state.generation >= 0 and not g.state.rejoin_needed) or (
                 self._manual and not g.subscribed):
             self._schedule(g.commit_in_background, None, None)
 
@@ -205,14 +206,14 @@ class ConsumerFront:
         return g
 
     def _commit_on_close(self, g: GroupMember) -> bool:
-        return self._settings.enable_auto_commit and (g.generation >= 0 or self._manual)
+        return self._settings.enable_auto_commit and (g.state.generation >= 0 or self._manual)
 
     @staticmethod
     def _leaving_callbacks(g: GroupMember) -> RebalanceCallbacks | None:
         """What the listener hears on leaving: the owned partitions revoked, or lost when the
         member has no generation any more."""
-        owned = sorted(g.owned)
+        owned = sorted(g.state.owned)
         if not owned:
             return None
-        return (RebalanceCallbacks(revoked=owned) if g.generation >= 0
+        return (RebalanceCallbacks(revoked=owned) if g.state.generation >= 0
                 else RebalanceCallbacks(lost=owned))

@@ -53,7 +53,8 @@ from strom.client.commits import (
 )
 from strom.client.config import InvalidOption
 from strom.client.connections import rpc_error
-from strom.client.fetcher import ConsumerCore, ConsumerSettings
+from strom.client.consumer_settings import ConsumerSettings
+from strom.client.fetcher import ConsumerCore
 from strom.client.group_state import (
     AssignmentPlan,
     HeartbeatOutcome,
@@ -95,24 +96,8 @@ class GroupMember:
         return self.state.subscribed
 
     @property
-    def topics(self) -> frozenset[str]:
-        return self.state.topics
-
-    @property
-    def generation(self) -> int:
-        return self.state.generation
-
-    @property
     def member_id(self) -> str:
         return self.state.member_id
-
-    @property
-    def rejoin_needed(self) -> bool:
-        return self.state.rejoin_needed
-
-    @property
-    def owned(self) -> set[TopicPartition]:
-        return self.state.owned
 
     def subscribe(self, topics: frozenset[str], pattern: re.Pattern[str] | None) -> None:
         self.state.subscribe(topics, pattern)

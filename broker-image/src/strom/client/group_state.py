@@ -31,10 +31,10 @@ import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from strom.client.assignors import ASSIGNORS, Assignor, MemberSubscription
 from strom.client.commits import CommitFailedError
+from strom.client.consumer_settings import ConsumerSettings
 from strom.client.models import TopicPartition
 from strom.protocol.errors import ErrorCode, Handling, StromError, codes_with, error_code_from_int
 from strom.protocol.v1 import broker_pb2, common_pb2, group_pb2
@@ -44,35 +44,6 @@ log = logging.getLogger("strom.client.group")
 #: Errors after which the member is forgotten by the group: reset and rejoin (partitions lost).
 RESET_ERRORS = codes_with(Handling.RESET_MEMBER)
 _GEN = struct.Struct(">i")
-
-
-class MembershipSettings(Protocol):
-    """The consumer settings the membership rules read (``fetcher.ConsumerSettings``)."""
-
-    @property
-    def client_id(self) -> str: ...
-    @property
-    def group_instance_id(self) -> str | None: ...
-    @property
-    def session_timeout_ms(self) -> int: ...
-    @property
-    def max_poll_interval_ms(self) -> int: ...
-    @property
-    def request_timeout_ms(self) -> int: ...
-    @property
-    def retry_backoff_ms(self) -> int: ...
-    @property
-    def metadata_max_age_ms(self) -> int: ...
-    @property
-    def default_api_timeout_ms(self) -> int: ...
-    @property
-    def partition_assignment_strategy(self) -> tuple[str, ...]: ...
-    @property
-    def exclude_internal_topics(self) -> bool: ...
-    @property
-    def enable_auto_commit(self) -> bool: ...
-    @property
-    def cooperative(self) -> bool: ...
 
 
 @dataclass
@@ -140,7 +111,7 @@ class MembershipState:
     """The protocol state of one consumer's membership. Plain attribute reads are safe from
     the front's thread; every change happens on the driver's loop."""
 
-    def __init__(self, group_id: str, settings: MembershipSettings, now_ms: float) -> None:
+    def __init__(self, group_id: str, settings: ConsumerSettings, now_ms: float) -> None:
         self.group_id = group_id
         self.settings = settings
         self.instance_id = settings.group_instance_id

@@ -14,18 +14,19 @@ sender scanned every partition on each wake-up; creation was quadratic and fence
 (issue 21).
 
 Run alone: ``uv run --all-packages python -m benchmarks.partition_scale [--records N]
-[--counts 10,100,1000] [--png PATH]``; ``python -m benchmarks --only partition-scale`` runs it as
-a section of the suite (table + JSON).
+[--counts 10,100,1000] [--png PATH] [--json PATH]``; ``python -m benchmarks --only
+partition-scale`` runs it as a section of the suite (table + JSON).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks import strom_workloads as sw
@@ -244,9 +245,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--counts", default="10,100,1000")
     parser.add_argument("--png", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the points (and the load average) as JSON here")
     args = parser.parse_args(argv)
     points = measure([int(c) for c in args.counts.split(",")], args.records)
     print(format_points(points))
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "records": args.records, "cores": os.cpu_count(),
+            "load_avg_end": os.getloadavg(), "points": [asdict(p) for p in points]},
+            indent=2) + "\n")
     if args.png is not None and not plot(points, args.png):
         print("matplotlib is not installed: no PNG")
     return 0

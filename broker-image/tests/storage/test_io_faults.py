@@ -89,17 +89,26 @@ def test_append_spanning_segments_is_all_or_nothing(open_log: OpenLog) -> None:
     assert open_log(replace(LogConfig(), segment_bytes=300)).log_end_offset == 1
 
 
-def test_full_disk_at_open_serves_reads(open_log: OpenLog) -> None:
+@pytest.mark.parametrize("clean", [False, True])
+def test_full_disk_at_open_serves_reads(open_log: OpenLog, clean: bool) -> None:
     plog = open_log()
     plog.append_as_leader(batch(3), 0)
-    plog.close()
+    if clean:
+        plog.close()
+    else:  # a crash: recovery writes checkpoints at open
+        for seg in plog._segments:
+            seg.drop_fd()
     _fault(errno.ENOSPC, "write", "pwrite", "pwritev")  # checkpoints cannot be written
     reopened = open_log()
-    assert reopened.offline is not None and "ENOSPC" in reopened.offline
+    if clean:  # a clean open writes nothing (issue 21 item 5): the first write finds out
+        assert reopened.offline is None
+    else:
+        assert reopened.offline is not None and "ENOSPC" in reopened.offline
     assert len(values(reopened)) == 3
     with pytest.raises(StromError) as info:
         reopened.append_as_leader(batch(1), 0)
     assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert reopened.offline is not None and len(values(reopened)) == 3
 
 
 def test_a_failed_directory_goes_offline_as_a_whole(tmp_path: Path) -> None:
@@ -125,3 +134,21 @@ def test_a_failed_directory_goes_offline_as_a_whole(tmp_path: Path) -> None:
     manager.close()
 
 
+
+
+def test_a_full_directory_is_found_at_load_though_clean_opens_write_nothing(
+        tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, LogConfig())
+    for p in range(4):
+        manager.create("t", p, LogConfig()).append_as_leader(batch(1, ts=None), 0)
+    manager.close()
+    _fault(errno.ENOSPC, "write", "pwrite", "pwritev", path="/b/")
+    again = LogManager(dirs, LogConfig())
+    logs = again.load_all()
+    assert list(again.offline_dirs) == [tmp_path / "b"]
+    assert "ENOSPC" in again.offline_dirs[tmp_path / "b"]
+    for plog in logs.values():
+        assert (plog.offline is not None) == (plog.directory.parent == tmp_path / "b")
+        assert len(values(plog)) == 1
+    again.close()

@@ -93,6 +93,10 @@ BROKER_KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("log.message.timestamp.after.max.ms", "int", None,
               doc="Default message.timestamp.after.max.ms of topics."),
     BrokerKey("min.insync.replicas", "int", None, doc="Default min.insync.replicas of topics."),
+    BrokerKey("num.recovery.threads.per.data.dir", "int", 8, 1, 256,
+              "Threads per log directory that open (recover) the logs at start and close them "
+              "at shutdown; the work is mostly waiting for fsync, so more threads than cores help "
+              "(Kafka's default is 2)."),
     BrokerKey("log.open.segments.max", "int", 0, 0, 2**31 - 1,
               "The most segment files (.log) the broker keeps open at once; the least recently "
               "used beyond it are closed and reopened on their next use (indexes hold no open "

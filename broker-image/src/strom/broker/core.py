@@ -73,7 +73,8 @@ class BrokerCore:
         link = ClusterLink(config, port, on_image, listeners)
         metadata = ClusterMetadata(link)
         logs = LogManager(list(config.log_dirs), config.topic_defaults,
-                          producer_id_expiration_ms=int(config.get("producer.id.expiration.ms")))
+                          producer_id_expiration_ms=int(config.get("producer.id.expiration.ms")),
+                          recovery_threads=int(config.get("num.recovery.threads.per.data.dir")))
 
         async def alter_isr(topic: str, partition: int, isr: tuple[int, ...],
                             expected_epoch: int) -> None:

@@ -156,8 +156,10 @@ class PartitionLog:
                                           index_interval_bytes=config.index_interval_bytes,
                                           max_index_bytes=config.segment_index_bytes,
                                           now_ms=now)]
-        for seg in segments:
-            seg.dirty = True  # make the first flush fsync whatever recovery read or rewrote
+        if not clean:  # fsync whatever recovery read past the recovery point, or rewrote
+            for seg in segments:
+                if seg.next_offset > values.get("recovery-point", 0):
+                    seg.dirty = True
         end = segments[-1].next_offset
         log_start = min(max(log_start, segments[0].base_offset), end)
         hw_value = values.get("high-watermark", -1)
@@ -168,11 +170,12 @@ class PartitionLog:
         epochs.truncate_from_end(end)
         epochs.truncate_from_start(log_start)
         if epochs.entries != epochs_before:
-            epochs.save()
+            epochs.unsaved = True  # saved by the flush below (a failed disk: read-only)
         self._producers.expiration_ms = producer_id_expiration_ms
         self._rebuild_producer_state()
         try:
-            self.flush()
+            if not clean or any(seg.dirty for seg in segments) or epochs.unsaved:
+                self.flush()  # after a clean shutdown with nothing rebuilt: nothing to write
             marker.unlink(missing_ok=True)
         except OSError as exc:  # e.g. a full disk: serve reads, take no writes (the manager
             self.offline = _io_reason(exc)  # takes the whole directory offline)

@@ -6,20 +6,31 @@ partitions on the emptiest directory, and runs the periodic housekeeping: time-b
 ``flush.ms``, retention and compaction. A partition directory is ``<topic>-<partition>`` (topics may
 contain '-', so the name is split at the last one).
 
+Opening and closing thousands of logs is mostly waiting for ``fsync`` (a clean close writes a
+flush, a checkpoint, a producer snapshot and a marker per partition), so ``load_all`` and
+``close`` run on ``recovery_threads`` threads per log directory, as Kafka's
+``num.recovery.threads.per.data.dir`` does: ``fsync`` releases the GIL and the disk merges
+concurrent flushes.
+
 Deleting a partition first renames its directory to ``<topic>-<partition>.<n>.deleting`` (which
 ``load_all`` never mistakes for a partition, and removes if a crash left it) and then removes it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from strom.protocol.errors import ErrorCode, StromError
+from strom.storage import fileops
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog, wall_clock_ms
 from strom.storage.producer_state import DEFAULT_EXPIRATION_MS
@@ -28,7 +39,10 @@ log = logging.getLogger(__name__)
 
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _DELETING_SUFFIX = ".deleting"
+_PROBE_FILE = ".write-probe"
 _PROGRESS_SECONDS = 5.0
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -47,13 +61,16 @@ class LogManager:
 
     def __init__(self, log_dirs: Sequence[Path], default_config: LogConfig, *,
                  clock: Callable[[], int] = wall_clock_ms,
-                 producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
+                 producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
+                 recovery_threads: int = 1) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required (log.dirs)")
         self.log_dirs = [Path(d) for d in log_dirs]
         self.default_config = default_config
         self._clock = clock
         self.producer_id_expiration_ms = producer_id_expiration_ms  # producer.id.expiration.ms
+        self.recovery_threads = max(1, recovery_threads)
+        """Threads per log directory for opening and closing logs."""
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._dir_counts: dict[Path, int] | None = None
         """Logs per directory for placing new ones (None: count again). Kept while logs are
@@ -87,6 +104,27 @@ class LogManager:
         if self.on_dir_offline is not None:
             self.on_dir_offline(directory, reason)
 
+    def _probe(self, log_dir: Path) -> None:
+        """Write, fsync and remove a small file: a directory that fails goes offline before
+        its logs load. A clean open of a log writes nothing (issue 21 item 5), so without this
+        a full or failing disk would only be found by the first produce; one probe per
+        directory costs what one partition's checkpoint used to."""
+        probe = log_dir / _PROBE_FILE
+        try:
+            fd = fileops.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                fileops.write(fd, b"strom\n")
+                fileops.fsync(fd)
+            finally:
+                os.close(fd)
+            probe.unlink()
+        except OSError as exc:
+            reason = f"{errno.errorcode.get(exc.errno or 0, 'EIO')}: {exc.strerror or exc}"
+            self.offline_dirs[log_dir] = reason
+            log.error("log directory %s is offline (%s, a test write at start failed): its "
+                      "partitions take no writes; fix the disk and restart the broker",
+                      log_dir, reason)
+
     def _adopt(self, plog: PartitionLog) -> PartitionLog:
         plog.on_io_error = self.io_error
         directory = plog.directory.parent
@@ -104,6 +142,7 @@ class LogManager:
         found: list[tuple[Path, str, int]] = []
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
+            self._probe(log_dir)
             for path in sorted(log_dir.iterdir()):
                 if not path.is_dir():
                     continue
@@ -120,11 +159,16 @@ class LogManager:
                 found.append((path, *parsed))
         started = last_report = time.monotonic()
         self._dir_counts = None
-        for done, (path, topic, partition) in enumerate(found, start=1):
+
+        def open_one(item: tuple[Path, str, int]) -> PartitionLog:
+            path, topic, partition = item
             config = (topic_configs or {}).get(topic, self.default_config)
-            self._logs[(topic, partition)] = self._adopt(PartitionLog.open(
-                path, config, topic=topic, partition=partition, clock=self._clock,
-                producer_id_expiration_ms=self.producer_id_expiration_ms))
+            return PartitionLog.open(path, config, topic=topic, partition=partition,
+                                     clock=self._clock,
+                                     producer_id_expiration_ms=self.producer_id_expiration_ms)
+
+        for done, plog in enumerate(self._in_parallel(open_one, found), start=1):
+            self._logs[(plog.topic, plog.partition)] = self._adopt(plog)
             now = time.monotonic()
             if now - last_report > _PROGRESS_SECONDS or done == len(found):
                 last_report = now
@@ -204,10 +248,28 @@ class LogManager:
                 log.exception("maintenance of %s-%d failed", *key)
 
     def close(self) -> None:
-        for key, plog in list(self._logs.items()):
+        def close_one(plog: PartitionLog) -> None:
             try:
                 plog.close()
             except Exception:
-                log.exception("closing %s-%d failed", *key)
+                log.exception("closing %s-%d failed", plog.topic, plog.partition)
+
+        started = time.monotonic()
+        count = len(self._logs)
+        for _ in self._in_parallel(close_one, list(self._logs.values())):
+            pass
         self._logs.clear()
         self._dir_counts = None
+        if count:
+            log.info("closed %d partition logs in %.2fs", count, time.monotonic() - started)
+
+    def _in_parallel(self, work: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
+        """``work`` over ``items`` on ``recovery_threads`` threads per log directory, results
+        in order; the first exception propagates (after the running ones finish)."""
+        items = list(items)
+        threads = min(len(items), self.recovery_threads * len(self.log_dirs))
+        if threads <= 1:
+            yield from map(work, items)
+            return
+        with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
+            yield from pool.map(work, items)

@@ -73,6 +73,9 @@ def load_segments(directory: Path, config: LogConfig, *, recovery_point: int, cl
     """Open, check and (if needed) repair every segment of ``directory``, oldest first.
 
     ``on_batch`` sees every batch that was scanned in full (to rebuild the leader-epoch cache).
+    Segments that were scanned, re-indexed or cut are marked ``dirty`` (the caller's flush makes
+    them durable); trusted ones that passed their tail check are not, so a clean restart writes
+    nothing.
     """
     remove_leftovers(directory)
     bases = segment_bases(directory)
@@ -91,11 +94,14 @@ def load_segments(directory: Path, config: LogConfig, *, recovery_point: int, cl
             result = seg.load_tail(check_crc=True)
             problem = result.problem
             if problem is None:
+                if seg.index.pending or seg.time_index.pending:
+                    seg.dirty = True  # its index files lacked entries (e.g. missing): write them
                 continue
         if trusted or problem != "index files missing or damaged":
             log.info("%s: rebuilding the indexes of segment %d (%s)", directory.name, base,
                      problem)
         seg.reset_indexes()
+        seg.dirty = True
         result = seg.scan(0, check_crc=True, strict=strict, on_batch=on_batch)
         if result.problem is not None:
             _truncate(directory, seg, result.valid_size, result.truncated_bytes, result.problem)

@@ -1,7 +1,10 @@
 """The Kafka-protocol listener of a real broker, fuzzed (seeded, so CI is repeatable): for every
 API and version it serves, well-typed requests with hostile field values, the same requests
 mutated byte by byte, random bytes; plus targeted frames - negative, empty, huge and short size
-prefixes, truncated headers, unknown API keys, unsupported versions, ApiVersions from the future.
+prefixes, truncated headers, unknown API keys, unsupported versions, ApiVersions from the future;
+and every declared length (string, bytes, records, array count, tagged field) of valid requests
+of every API and version, inflated beyond the bytes left (parsed in a subprocess first, where a
+frame kio's native reader would allocate for could only kill that process).
 
 Every case is sent on a connection followed by a valid ApiVersions request (pipelined), and the
 broker must, as Kafka's ``SocketServer`` does, either answer both in order (the case at most
@@ -41,7 +44,14 @@ import pytest
 from kio.serial import entity_reader, entity_writer
 
 from strom.broker.kafka.apis import APIS, SUPPORTED
-from strom.broker.kafka.frames import Request, parse_request, request_type, response_type
+from strom.broker.kafka.declared_lengths import check_lengths, length_fields
+from strom.broker.kafka.frames import (
+    Reject,
+    Request,
+    parse_request,
+    request_type,
+    response_type,
+)
 from strom.protocol.batch import iter_headers
 from strom.protocol.records import decode_batch_lists, encode_batch
 from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
@@ -544,9 +554,12 @@ def test_fuzz_targeted_frames(target: Target) -> None:
 
 
 #: Parses length-prefixed frames from stdin one by one, printing each index first: the frame
-#: that kills it is the last index printed.
+#: that kills it is the last index printed. Its address space is capped (4 GiB): with the
+#: kernel's overcommit on (``vm.overcommit_memory=1``, as the kubelet leaves it) a reader's
+#: allocation of 16 GB succeeds untouched and would hide the bug CI's fresh machine aborted on.
 _PARSER = """
-import struct, sys
+import resource, struct, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 from strom.broker.kafka.apis import SUPPORTED
 from strom.broker.kafka.frames import parse_request
 data = sys.stdin.buffer.read()
@@ -562,56 +575,126 @@ print("done", flush=True)
 """
 
 
-def without_process_killers(frames: list[bytes]) -> tuple[list[bytes], list[bytes]]:
-    """(frames, killers): the frames whose parsing kills the process, set apart.
-
-    kio 0.6.5's native reader allocates what a length prefix declares before reading, and a
-    failed allocation aborts the process (Rust's ``handle_alloc_error``): an OffsetForLeaderEpoch
-    frame declaring a 26 GB topic name killed the test with "memory allocation of 208751936256
-    bytes failed". Sent to the broker it would kill the broker the same way, so those frames
-    are not sent; ``test_a_huge_declared_length_is_refused`` keeps the bug in sight (strict
-    xfail) until the parser bounds lengths by the bytes left.
-    """
-    kept: list[bytes] = []
+def process_killers(frames: list[bytes], most: int = 5) -> list[bytes]:
+    """The frames whose parsing kills a process (the first ``most``; each found in a fresh
+    subprocess, then the rest parsed on): kio 0.6.5's native reader aborted the process on a
+    length prefix larger than memory (``Vec::with_capacity``) before ``declared_lengths``
+    checked every length."""
     killers: list[bytes] = []
     start = 0
-    while start < len(frames):
+    while start < len(frames) and len(killers) < most:
         rest = frames[start:]
         stdin = b"".join(struct.pack(">i", len(f)) + f for f in rest)
         run = subprocess.run([sys.executable, "-c", _PARSER], input=stdin, capture_output=True,
                              timeout=300, check=False)
         lines = run.stdout.decode().split()
         if lines and lines[-1] == "done":
-            kept += rest
             break
-        last = int(lines[-1]) if lines else 0
-        kept += rest[:last]
+        last = int(lines[-1]) if lines and lines[-1].isdigit() else 0
         killers.append(rest[last])
         start += last + 1
-    return kept, killers
+    return killers
 
 
 @pytest.mark.parametrize("key", sorted(SUPPORTED), ids=lambda k: APIS[k].name)
 def test_fuzz_api(target: Target, key: int) -> None:
-    frames, killers = without_process_killers(cases_for(key, random.Random(f"{SEED}-{key}")))
-    if killers:
-        print(f"kafka {APIS[key].name}: {len(killers)} frames kill the parsing process (kio's "
-              f"native reader); not sent: {[f.hex()[:80] for f in killers]}")
-    _run(target, APIS[key].name, frames)
+    _run(target, APIS[key].name, cases_for(key, random.Random(f"{SEED}-{key}")))
 
 
-#: OffsetForLeaderEpoch v4 whose first topic name declares ~26 GB (found by test_fuzz_api).
+#: OffsetForLeaderEpoch v4 whose topics array declares 26,093,992,032 elements (found by
+#: test_fuzz_api): kio 0.6.5 aborted the process allocating them ("memory allocation of
+#: 208751936256 bytes failed").
 HUGE_NAME_FRAME = bytes.fromhex(
     "0000003b00170004a0ad8465000466757a7a000000003ae1f0ca9a61bbcf130000000299ea063b00b795"
     "00000000000044000009636f6e73756d6572")
 
 
-@pytest.mark.xfail(strict=True, reason="kio 0.6.5's native reader aborts the process on a "
-                   "length prefix larger than memory (no fix released; 0.6.5 is the newest)")
-def test_a_huge_declared_length_is_refused() -> None:
+def test_a_huge_declared_length_is_refused(target: Target) -> None:
     """What Kafka's parser does: a declared length beyond the bytes left is a malformed
-    request (an error or a closed connection), never an allocation of what it declares."""
-    stdin = struct.pack(">i", len(HUGE_NAME_FRAME)) + HUGE_NAME_FRAME
-    run = subprocess.run([sys.executable, "-c", _PARSER], input=stdin, capture_output=True,
-                         timeout=120, check=False)
-    assert run.returncode == 0, run.stderr.decode()[-500:]
+    request (the connection is closed), never an allocation of what it declares; the broker
+    stays up and answers a new connection (this frame aborted it before)."""
+    frames = [HUGE_NAME_FRAME]
+    assert process_killers(frames) == []
+    before = dict(target.outcome.counts)
+    _run(target, "huge declared length", frames)
+    assert target.outcome.counts.get("closed", 0) == before.get("closed", 0) + 1
+    assert asyncio.run(healthy(target.broker.kafka_port))
+
+
+# ---- every declared length of every API and version, inflated -------------------------------
+
+INFLATED_PER_API = int(os.environ.get("STROM_KAFKA_FUZZ_INFLATED", "150"))
+"""Inflated-length frames sent per API (a seeded sample; all are parsed in a subprocess)."""
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _varint_width(data: bytes, at: int) -> int:
+    width = 1
+    while data[at + width - 1] >= 0x80:
+        width += 1
+    return width
+
+
+def inflated_lengths(key: int, rng: random.Random) -> list[tuple[bytes, bool]]:
+    """(size-prefixed frame, whether it must be refused): valid requests of every version of
+    one API, each with one declared length (string, bytes, records, array count, tagged-field
+    count or size, in the header or the body) replaced by a larger one - one more than the
+    bytes left, the most its encoding holds, and (varints) exactly the bytes left."""
+    low, high = SUPPORTED[key]
+    values = Values(rng, key)
+    out: list[tuple[bytes, bool]] = []
+    for version in range(low, high + 1):
+        cls = request_type(key, version)
+        for body in _seed_bodies(key, version, values)[:2]:
+            frame = _frame(key, version, rng.randrange(2**31), body)[4:]
+            for at, encoding in length_fields(frame, cls.__header_schema__, cls) or ():
+                width = {"int16": 2, "int32": 4}.get(encoding) or _varint_width(frame, at)
+                rest = frame[at + width:]
+                left = len(rest)
+                if encoding == "int16":
+                    news = [(struct.pack(">h", n), n) for n in {left + 1, 2**15 - 1} if n < 2**15]
+                elif encoding == "int32":
+                    news = [(struct.pack(">i", n), n) for n in (left + 1, 2**31 - 1)]
+                else:  # compact lengths hold n + 1; a tagged-field count or size holds n
+                    news = [(_uvarint(n), n - 1) for n in (left + 1, left + 2, 2**35 - 1)]
+                for new, declared in news:
+                    out.append((_reframe(frame[:at] + new + rest), declared > left))
+    return out
+
+
+def test_no_inflated_length_kills_a_parsing_process() -> None:
+    """Every declared length of every served API and version, inflated, parsed in a
+    subprocess first (a frame kio would allocate for aborts that process, not this one); then
+    each one that declares more than is left is refused before kio reads it."""
+    cases = [case for key in sorted(SUPPORTED)
+             for case in inflated_lengths(key, random.Random(f"{SEED}-lengths-{key}"))]
+    frames = [frame for frame, _ in cases]
+    killers = process_killers(frames)
+    assert not killers, f"{len(killers)} frames kill the parsing process: " \
+                        f"{[f.hex()[:120] for f in killers[:5]]}"
+    for frame, must_refuse in cases:
+        parsed = parse_request(frame[4:], SUPPORTED)
+        if must_refuse:  # by the length check, before kio's reader sees it
+            cls = request_type(*struct.unpack_from(">hh", frame, 4))
+            assert check_lengths(frame[4:], cls.__header_schema__, cls) is not None, \
+                frame.hex()[:200]
+            assert isinstance(parsed, Reject), (frame.hex()[:200], parsed)
+    print(f"inflated lengths: {len(frames)} frames, "
+          f"{sum(m for _, m in cases)} declaring more than is left, all refused")
+
+
+@pytest.mark.parametrize("key", sorted(SUPPORTED), ids=lambda k: APIS[k].name)
+def test_fuzz_inflated_lengths(target: Target, key: int) -> None:
+    cases = inflated_lengths(key, random.Random(f"{SEED}-lengths-{key}"))
+    frames = [frame for frame, _ in cases]
+    sample = random.Random(f"{SEED}-sample-{key}").sample(
+        frames, min(INFLATED_PER_API, len(frames)))
+    _run(target, f"{APIS[key].name} inflated lengths", sample)

@@ -16,14 +16,16 @@ What a frame becomes (:func:`parse_request`):
   a header, an unknown API key, an API this broker does not serve, an unsupported version, a body
   that does not parse, a null where the schema has a non-nullable array, string or struct
   (kio's readers accept a -1 length anywhere; Kafka's generated readers throw
-  "non-nullable field ... was serialized as null").
+  "non-nullable field ... was serialized as null");
+- a :class:`Reject` for a declared length (string, bytes, records, array count, tagged field)
+  that does not fit in the bytes left: checked by ``declared_lengths`` before kio reads the
+  frame, because kio's native reader would allocate it and a failed allocation aborts the
+  process (Kafka's readers refuse it the same way).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import struct
-import typing
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -34,6 +36,8 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
+
+from strom.broker.kafka.declared_lengths import check_lengths, fields
 
 API_VERSIONS_KEY = 18
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every version
@@ -108,6 +112,10 @@ def parse_request(frame: bytes | memoryview,
                       f"(this broker serves {low}..{high})")
     try:
         body_type = request_type(api_key, api_version)
+        too_long = check_lengths(frame, body_type.__header_schema__, body_type)
+        if too_long is not None:  # never handed to kio, whose reader would allocate it (#13)
+            return Reject(f"malformed request (API key {api_key} version {api_version}): "
+                          f"{too_long}")
         header, offset = entity_reader(body_type.__header_schema__)(frame, 0)
         body, _ = entity_reader(body_type)(frame, offset)
     except (SerialError, ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
@@ -120,40 +128,9 @@ def parse_request(frame: bytes | memoryview,
     return Request(api_key, api_version, correlation_id, header.client_id or "", body)
 
 
-@dataclass(frozen=True, slots=True)
-class _Field:
-    name: str
-    nullable: bool
-    entity: type[Any] | None
-    """The struct type of the field (or of its array's elements), None for a primitive."""
-    array: bool
-
-
-_FIELDS: dict[type[Any], tuple[_Field, ...]] = {}
-
-
-def _fields(cls: type[Any]) -> tuple[_Field, ...]:
-    known = _FIELDS.get(cls)
-    if known is not None:
-        return known
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        nullable = type(None) in args
-        inner = next((a for a in args if a is not type(None)), hint) if nullable else hint
-        array = typing.get_origin(inner) is tuple
-        element = typing.get_args(inner)[0] if array else inner
-        entity = element if dataclasses.is_dataclass(element) else None
-        out.append(_Field(f.name, nullable, entity, array))  # type: ignore[arg-type]
-    _FIELDS[cls] = fields = tuple(out)
-    return fields
-
-
 def null_field(entity: Any, path: str = "") -> str | None:
     """The dotted name of the first non-nullable field that holds None, else None."""
-    for f in _fields(type(entity)):
+    for f in fields(type(entity)):
         value = getattr(entity, f.name)
         name = f"{path}{f.name}"
         if value is None:

@@ -487,6 +487,23 @@ def run_kafka_curve8(params: dict[str, Any], results: list[Result]) -> None:
                             extra={"rate": rate, "records": len(lat),
                                    "expected": int(rate * secs),
                                    "load_avg_1m": os.getloadavg()[0]}))
+                # Kafka's own Java producer at the same offered rate: its send-to-ack latency
+                # (one JVM, no Python on the measuring path)
+                for system, bootstrap in servers:
+                    tool = "kafka" if system == KAFKA else "strom"
+                    topic = f"curve8-pp-{point}"
+                    kw.create_topic(bootstrap, topic, 8)
+                    _progress(f"{tool} ProducerPerformance: 8p x 1 KiB at {rate:,} records/s")
+                    perf = kw.producer_performance(kafka, bootstrap, topic, int(rate * secs),
+                                                   1024, throughput=int(rate), linger_ms=0)
+                    for q in (50, 99):
+                        results.append(Result(
+                            f"{tool} ProducerPerformance", "curve-8p-1KiB",
+                            f"ack p{q:g} @{rate}/s", perf[f"p{q} ms"], "ms",
+                            higher_is_better=False,
+                            peers=[] if tool == "kafka" else ["kafka ProducerPerformance"],
+                            extra={"rate": rate, "achieved records/s": perf["records/s"],
+                                   "load_avg_1m": os.getloadavg()[0]}))
 
 
 def run_kafka_streams(params: dict[str, Any], results: list[Result]) -> None:

@@ -63,15 +63,17 @@ def latency_curve_png(results: list[Result], path: Path, workload: str = "curve-
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for system in sorted({r.system for r in rows}):
-        for q, style in (("p50", "-o"), ("p99", "--s")):
-            points = sorted((int(r.extra["rate"]), r.value) for r in rows
-                            if r.system == system and r.metric.startswith(f"e2e {q} "))
-            ax.plot([p[0] for p in points], [p[1] for p in points], style,
-                    label=f"{system} {q}")
+        for kind, what in (("e2e", "end to end"), ("ack", "send to ack")):
+            for q, style in (("p50", "-o"), ("p99", "--s")):
+                points = sorted((int(r.extra["rate"]), r.value) for r in rows
+                                if r.system == system and r.metric.startswith(f"{kind} {q} "))
+                if points:
+                    ax.plot([p[0] for p in points], [p[1] for p in points], style,
+                            label=f"{system} {q} ({what})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(f"offered rate, records/s ({shape}, linger.ms=0, acks=1)")
-    ax.set_ylabel("end-to-end latency, ms")
+    ax.set_ylabel("latency, ms")
     ax.legend(fontsize=7)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -187,20 +187,41 @@ def parse_producer_performance(output: str) -> dict[str, float]:
             "avg ms": float(avg), "max ms": float(peak)}
 
 
+_PERF_PERCENTILES = re.compile(r"([\d.]+) ms 50th, ([\d.]+) ms 95th, ([\d.]+) ms 99th, "
+                               r"([\d.]+) ms 99\.9th")
+
+
+def parse_producer_percentiles(output: str) -> dict[str, float]:
+    """The send-to-acknowledgement percentiles of ProducerPerformance's summary line (ms)."""
+    matches = _PERF_PERCENTILES.findall(output)
+    if not matches:
+        raise RuntimeError(f"no ProducerPerformance percentiles in its output:\n"
+                           f"{output[-2000:]}")
+    p50, p95, p99, p999 = (float(v) for v in matches[-1])
+    return {"p50 ms": p50, "p95 ms": p95, "p99 ms": p99, "p99.9 ms": p999}
+
+
 def producer_performance(kafka: Any, bootstrap: str, topic: str, records: int,
-                         value_size: int, *, acks: int | str = 1) -> dict[str, float]:
-    """Kafka's own ``ProducerPerformance`` (Java client) at full speed, same settings as the
-    confluent-kafka rows; ``kafka`` is a :class:`strom.testing.kafka.KafkaCluster` (its jars)."""
+                         value_size: int, *, acks: int | str = 1, throughput: int = -1,
+                         linger_ms: int = LINGER_MS) -> dict[str, float]:
+    """Kafka's own ``ProducerPerformance`` (Java client), at full speed or at ``throughput``
+    records/s, same settings as the confluent-kafka rows; ``kafka`` is a
+    :class:`strom.testing.kafka.KafkaCluster` (its jars). The percentiles of the send-to-ack
+    latency are in the result too when the tool printed them."""
     result = kafka.run_tool(
         "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-        "--num-records", str(records), "--record-size", str(value_size), "--throughput", "-1",
+        "--num-records", str(records), "--record-size", str(value_size),
+        "--throughput", str(throughput),
         "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}",
-        f"linger.ms={LINGER_MS}", f"batch.size={BATCH_BYTES}", "compression.type=none",
+        f"linger.ms={linger_ms}", f"batch.size={BATCH_BYTES}", "compression.type=none",
         timeout=600)
     if result.returncode != 0:
         raise RuntimeError(f"ProducerPerformance exited {result.returncode}:\n"
                            f"{(result.stdout + result.stderr)[-2000:]}")
-    return parse_producer_performance(result.stdout)
+    out = parse_producer_performance(result.stdout)
+    if _PERF_PERCENTILES.search(result.stdout):
+        out.update(parse_producer_percentiles(result.stdout))
+    return out
 
 
 def _tool_output(kafka: Any, name: str, *args: str, timeout: float = 600) -> str:

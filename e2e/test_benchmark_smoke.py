@@ -83,6 +83,9 @@ def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
     for rate in (500, 2000):
         assert "kafka" in by_key[("strom (confluent-kafka)", "curve-8p-1KiB",
                                   f"e2e p99 @{rate}/s")]["ratios"]
+        assert "kafka ProducerPerformance" in by_key[("strom ProducerPerformance",
+                                                      "curve-8p-1KiB", f"ack p99 @{rate}/s")][
+            "ratios"]
     assert "kafka" in by_key[("strom (confluent-kafka)", "streams word count",
                               "input lines/s")]["ratios"]
     # Section kafka-listener (issue 14): the Kafka listener beside the gRPC path, same broker.

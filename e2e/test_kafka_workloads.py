@@ -68,3 +68,12 @@ def test_end_to_end_latency_summary_is_read(monkeypatch: pytest.MonkeyPatch) -> 
     text = "Avg latency: 1.2345 ms\nPercentiles: 50th = 1, 99th = 3, 99.9th = 10\n"
     assert module.parse_end_to_end_latency(text) == {
         "avg ms": 1.2345, "p50 ms": 1.0, "p99 ms": 3.0, "p99.9 ms": 10.0}
+
+
+def test_producer_performance_percentiles_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    module = importlib.import_module("benchmarks.kafka_workloads")
+    assert module.parse_producer_percentiles(OUTPUT) == {
+        "p50 ms": 3.0, "p95 ms": 17.0, "p99 ms": 48.0, "p99.9 ms": 90.0}
+    with pytest.raises(RuntimeError, match="no ProducerPerformance percentiles"):
+        module.parse_producer_percentiles("49981 records sent, 9996.2 records/sec\n")

@@ -4,6 +4,7 @@ and survive a crash (files left unflushed and closed by eviction)."""
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from dataclasses import replace
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from strom.protocol.records import decode_batches, encode_batch
-from strom.storage import LogConfig, PartitionLog
+from strom.storage import LogConfig, PartitionLog, fileops
+from strom.storage.fileops import Faults
 from strom.storage.handles import HANDLES, MIN_CAP, FileHandles
 
 from .conftest import Clock
@@ -139,3 +141,19 @@ def test_the_lru_evicts_the_least_recently_used() -> None:
     assert len(handles) == CAP - 1
     handles.cap = CAP  # unchanged: nothing more evicted
     assert closed == [1, 2, 3]
+
+
+def test_a_new_segments_index_flush_only_appends(tmp_path: Path, clock: Clock) -> None:
+    """A new segment's index files are known not to exist: flushing them writes the entries and
+    never cuts a file (an empty index passed to the segment used to be replaced, being falsy,
+    by one that assumed stale bytes on disk)."""
+    plog = PartitionLog.open(tmp_path / "t-0", CONFIG, topic="t", partition=0, clock=clock)
+    for i in range(5):
+        append(plog, 0, i)
+    fileops.install(Faults(errno.EIO, frozenset({"ftruncate"})))
+    try:
+        plog.flush()
+    finally:
+        fileops.install(None)
+    assert (tmp_path / "t-0" / "00000000000000000000.index").stat().st_size > 0
+    plog.close()

@@ -195,7 +195,8 @@ class PartitionLog:
         (no checkpoint, epochs, snapshots or segments to look for)."""
         now = clock()
         segment = LogSegment.create(directory, 0, index_interval_bytes=config.index_interval_bytes,
-                                    max_index_bytes=config.segment_index_bytes, now_ms=now)
+                                    max_index_bytes=config.segment_index_bytes, now_ms=now,
+                                    fresh=True)
         self = cls(directory, config, topic=topic, partition=partition, clock=clock,
                    segments=[segment], log_start_offset=0, high_watermark=None,
                    epochs=LeaderEpochCache(directory / EPOCH_FILE))

@@ -101,9 +101,11 @@ class LogSegment:
             HANDLES.opened(self)
         self.size = size
         self.index_valid = index is not None and time_index is not None
-        self.index = index or OffsetIndex(index_path, max_index_bytes // OffsetIndex.entry_size)
-        self.time_index = time_index or TimeIndex(time_index_path,
-                                                  max_index_bytes // TimeIndex.entry_size)
+        # "is None", not "or": an empty index is falsy (it has __len__)
+        self.index = (index if index is not None
+                      else OffsetIndex(index_path, max_index_bytes // OffsetIndex.entry_size))
+        self.time_index = (time_index if time_index is not None
+                           else TimeIndex(time_index_path, max_index_bytes // TimeIndex.entry_size))
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.max_timestamp_batch = base_offset  # base offset of the batch holding max_timestamp
@@ -114,11 +116,14 @@ class LogSegment:
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
-               max_index_bytes: int, now_ms: int) -> LogSegment:
+               max_index_bytes: int, now_ms: int, fresh: bool = False) -> LogSegment:
+        """A new, empty segment (``fresh``: in a directory just made, so no old index files
+        to remove)."""
         log_path, index_path, time_path = segment_paths(directory, base_offset)
         fd = fileops.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        index_path.unlink(missing_ok=True)
-        time_path.unlink(missing_ok=True)
+        if not fresh:
+            index_path.unlink(missing_ok=True)
+            time_path.unlink(missing_ok=True)
         entries = max_index_bytes
         index = OffsetIndex(index_path, entries // OffsetIndex.entry_size)
         time_index = TimeIndex(time_path, entries // TimeIndex.entry_size)

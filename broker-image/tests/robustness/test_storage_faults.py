@@ -119,3 +119,63 @@ def test_log_dir_failure_is_per_partition_offline_and_truthful(tmp_path: Path) -
         client.close()
     finally:
         broker.stop()
+
+
+def test_an_offline_log_dir_is_reported_again_after_registering_again(tmp_path: Path) -> None:
+    """A new registration of a broker clears its offline directories in the metadata (a new
+    incarnation reopens its logs); when the controller stops knowing this broker's registration
+    (its heartbeat answered STALE_BROKER_EPOCH) the broker registers again with the same logs,
+    one still failed, so it must report that directory again - or the controller would lead
+    and elect replicas there as if they were online."""
+    import asyncio
+    import time
+    import uuid
+
+    from strom.controller.metadata import Endpoint, RegisterBroker, encode_command
+    from strom.controller.quorum_client import QuorumClient
+
+    good, bad = tmp_path / "d0", tmp_path / "d1"
+    broker = BrokerProcess(tmp_path, config={"log.dirs": f"{good},{bad}"},
+                           env={fileops.ENV: f"ENOSPC:pwrite,pwritev:/{bad.name}/"})
+    try:
+        broker.start()
+        client = Client(broker)
+        created = client.admin.CreateTopics(admin_pb2.CreateTopicsRequest(topics=[
+            admin_pb2.NewTopic(name="t", num_partitions=PARTITIONS, replication_factor=1)]),
+            timeout=10)
+        assert created.results[0].error_code == 0, created.results[0].error_message
+        client.produce({p: [b"x"] for p in range(PARTITIONS)})  # the bad directory fails
+
+        def offline_dirs() -> list[str]:
+            described = client.admin.DescribeCluster(admin_pb2.DescribeClusterRequest(),
+                                                     timeout=10)
+            # a fresh registration is fenced (not listed) until its first heartbeat
+            return [d.split(":")[0] for me in described.brokers for d in me.offline_log_dirs]
+
+        def wait_offline(what: str) -> None:
+            deadline = time.monotonic() + 30
+            while offline_dirs() != [str(bad)]:
+                assert time.monotonic() < deadline, f"{what}\n{broker.stderr_tail()}"
+                time.sleep(0.2)
+
+        wait_offline("the failed directory was never reported")
+
+        # Another registration of broker 0 (a new incarnation, as after a restart elsewhere):
+        # the metadata clears broker 0's offline directories and its heartbeats go stale.
+        async def register_elsewhere() -> None:
+            async with QuorumClient({0: broker.bootstrap}) as quorum:
+                await quorum.propose(encode_command(RegisterBroker(
+                    0, uuid.uuid4().hex, (Endpoint("PLAINTEXT", "127.0.0.1", 1),))))
+
+        asyncio.run(register_elsewhere())
+        deadline = time.monotonic() + 30
+        while "registering again" not in broker.stderr_path.read_text():
+            assert time.monotonic() < deadline, broker.stderr_tail()
+            time.sleep(0.1)
+        wait_offline("the directory was not reported again after registering again")
+        stderr = broker.stderr_path.read_text()
+        assert stderr.count("reported offline log directories") >= 2, stderr[-3000:]
+        assert broker.is_ready()
+        client.close()
+    finally:
+        broker.stop()

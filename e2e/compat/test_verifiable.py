@@ -1,7 +1,8 @@
 """Kafka's own ``VerifiableProducer`` and ``VerifiableConsumer`` (the tools Kafka's system tests
-judge a broker with) against a 3-broker Strom cluster, with the leader of a partition killed
-(``kill -9``) while both run: every record the producer saw acknowledged is consumed, with the
-offset it was acknowledged at, each partition in offset order.
+judge a broker with) against 3 Apache Kafka nodes and against 3 Strom brokers, with the leader
+of a partition killed (``kill -9``) while both run: on both, every record the producer saw
+acknowledged is consumed, with the offset it was acknowledged at, each partition in offset
+order.
 
 Both tools print one JSON event per line: ``producer_send_success`` (value, partition, offset)
 for every acknowledged record, ``record_data`` for every record the consumer returned
@@ -15,17 +16,19 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from strom.testing import Cluster, running_cluster
-from strom.testing.kafka import require_jars
+from strom.testing import running_cluster
+from strom.testing.kafka import require_jars, running_kafka
 from strom.testing.kafka_tools import running_java
 
-# 3 brokers, two JVMs and a kill: ~60-90 s at load 10-20 on 2 cores
+# 3 nodes, two JVMs and a kill: ~60 s (Strom) and ~120 s (Kafka: JVM nodes, 9 s fencing) at
+# load 10-25 on 2 cores
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
 
 TOOLS = "org.apache.kafka.tools."
@@ -103,20 +106,48 @@ def _wait(what: str, predicate: Any, timeout: float, *procs: Any) -> None:
         time.sleep(0.2)
 
 
-def _leader(cluster: Cluster, topic: str) -> int:
-    return cluster.wait_for_leader(topic, 0, timeout=30)
+@dataclass
+class Side:
+    """A 3-node cluster of either system: its Kafka bootstrap and a kill -9 by node id."""
+
+    bootstrap: str
+    kill: Callable[[int], None]
 
 
-def test_every_acknowledged_record_is_consumed_across_a_leader_kill(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def three_nodes(system: str, root: Path) -> Iterator[Side]:
+    if system == "kafka":  # Kafka's production failure detection (a broker fenced after 9 s)
+        with running_kafka(3, root=root, config={"auto.create.topics.enable": "false"}) as kafka:
+            yield Side(kafka.bootstrap, kafka.kill)
+    else:  # strom.testing's test timeouts (a broker fenced after 2 s)
+        with running_cluster(root, brokers=3) as cluster:
+            yield Side(cluster.kafka_bootstrap, cluster.kill)
+
+
+def _partition_state(admin: Any, topic: str) -> list[tuple[int, int]]:
+    """(leader, ISR size) of each partition, as the cluster's Metadata says."""
+    meta = admin.list_topics(topic, timeout=5).topics.get(topic)
+    if meta is None or meta.error is not None:
+        return []
+    return [(p.leader, len(p.isrs)) for _, p in sorted(meta.partitions.items())]
+
+
+@pytest.mark.parametrize("system", ["kafka", "strom"])
+def test_every_acknowledged_record_is_consumed_across_a_leader_kill(system: str,
+                                                                    tmp_path: Path) -> None:
     require_jars()
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
     topic, group = "verifiable", "verifiable-group"
-    with running_cluster(tmp_path / "strom", brokers=3) as cluster:
-        with cluster.admin() as admin:
-            admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3,
-                               configs={"min.insync.replicas": "2"})
-        for p in range(PARTITIONS):
-            cluster.wait_for_isr(topic, p, 3, timeout=60)
-        server = ("--bootstrap-server", cluster.kafka_bootstrap)
+    (tmp_path / system).mkdir()
+    with three_nodes(system, tmp_path / system) as side:
+        admin = AdminClient({"bootstrap.servers": side.bootstrap})
+        admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={
+            "min.insync.replicas": "2"})])[topic].result(60)
+        _wait("every partition led with 3 replicas in sync", lambda: _partition_state(
+            admin, topic) and all(leader >= 0 and isr == 3
+                                  for leader, isr in _partition_state(admin, topic)), 60)
+        server = ("--bootstrap-server", side.bootstrap)
         consumer_log, producer_log = tmp_path / "consumer.log", tmp_path / "producer.log"
         with running_java(TOOLS + "VerifiableConsumer", *server, "--topic", topic,
                           "--group-id", group, "--verbose", "--reset-policy", "earliest",
@@ -135,8 +166,8 @@ def test_every_acknowledged_record_is_consumed_across_a_leader_kill(tmp_path: Pa
                               name="VerifiableProducer") as producer:
                 _wait(f"{KILL_AFTER} records acknowledged", lambda: len(
                     events(producer_log, "producer_send_success")) >= KILL_AFTER, 120, producer)
-                victim = _leader(cluster, topic)
-                cluster.kill(victim)
+                victim = _partition_state(admin, topic)[0][0]
+                side.kill(victim)
                 _wait("the producer's end", lambda: not producer.is_alive(), 180)
             acked = events(producer_log, "producer_send_success")
             errors = events(producer_log, "producer_send_error")

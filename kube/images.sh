@@ -73,7 +73,9 @@ build() {  # name dockerfile context
         || die "building $image failed (see $CACHE/$1.build.log)"
     # The archive is rewritten only when the image changed (the Spark image's is ~800 MB).
     local id
-    id="$(buildah images --noheading --no-trunc --format '{{.ID}}' "$image" | head -1)"
+    # sed reads all of buildah's output: with `head -1` buildah could be killed by SIGPIPE when
+    # the image has several names (one line each), and pipefail + set -e ended the script silently.
+    id="$(buildah images --noheading --no-trunc --format '{{.ID}}' "$image" | sed -n 1p)"
     if [ ! -s "$CACHE/$1.tar" ] || [ "$(cat "$CACHE/$1.id" 2>/dev/null)" != "$id" ]; then
         buildah push "$image" "oci-archive:$CACHE/$1.tar.tmp:$image" >/dev/null 2>&1 \
             || die "buildah push $image failed"

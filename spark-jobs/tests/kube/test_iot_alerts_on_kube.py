@@ -58,6 +58,7 @@ START = 1_700_000_000_000
 HOT, SHAKY = {"s001": [1], "s004": [3, 4]}, {"s002": [2]}
 TEMPERATURE, VIBRATION = 90.0, 6.0
 SUBMIT_DIRS: list[Path] = []
+IMAGE_PYTHON = "/usr/local/bin/python3"  # spark-jobs/Dockerfile's PYSPARK_PYTHON
 
 
 def _load(name: str) -> ModuleType:
@@ -228,6 +229,10 @@ def _spark_submit(kube: KubeCluster, run: str, extra: list[str]) -> subprocess.P
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
         "spark.kubernetes.submission.waitAppCompletion": "true",
+        # The pods' Python, not this machine's: spark-submit passes PYSPARK_PYTHON (which the
+        # suite's conftest sets to the venv's interpreter) on to the driver pod, where it does
+        # not exist ("Cannot run program /…/.venv/bin/python").
+        "spark.pyspark.python": IMAGE_PYTHON, "spark.pyspark.driver.python": IMAGE_PYTHON,
         "spark.kubernetes.authenticate.submission.oauthTokenFile": str(token),
         "spark.kubernetes.authenticate.submission.caCertFile": str(ca),
         "spark.kubernetes.driver.label.strom-test-run": run,
@@ -248,7 +253,8 @@ def _spark_submit(kube: KubeCluster, run: str, extra: list[str]) -> subprocess.P
     import pyspark
 
     # No kubeconfig for fabric8 to auto-configure from (HOME without ~/.kube, no KUBECONFIG).
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KUBECONFIG", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env.update(HOME=str(home), SPARK_HOME=str(Path(pyspark.__file__).parent))
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)

@@ -8,7 +8,9 @@ Set-up (module): the chart's operator; ``spark-jobs/k8s/rbac.yaml`` and ``storag
 unchanged (namespace ``spark-jobs``, ServiceAccount ``spark``, the checkpoint PVC); a one-broker
 StromCluster and two StromTopics declared as CRs; the readings published from a pod of the Spark
 image (``generate_readings.py``, deterministic). Requests are lowered for this 2-core node:
-broker 100m/256Mi, driver and executor 100m and 512m heap + 256m overhead.
+broker 100m/256Mi, driver and executor 100m CPU and 512m heap + 1g overhead (the driver pod runs the
+JVM, the job's Python and the Python data source's planner: with 256m overhead it was OOMKilled
+at its 768Mi limit; memory is plentiful here, CPU is what the 2-core node lacks).
 
 The output is read back from a pod too and compared with the alerts computed here from the same
 readings (as ``test_iot_alerts_job.py`` does locally). Spark's sink is at least once for a task
@@ -122,17 +124,34 @@ def _expected() -> dict[tuple[str, int], tuple[list[str], int]]:
     return expected
 
 
-def _in_pod(kube: KubeCluster, name: str, script: str, *args: str) -> str:
-    """Run a Python script in a pod of the Spark image (its entrypoint's pass-through role)."""
-    done = kube.run("kubectl", "-n", NS, "run", name, "--rm", "-i", "--restart=Never",
-                    f"--image={kube.image('spark')}", "--image-pull-policy=Never",
-                    "--overrides", json.dumps({"spec": {"containers": [{
-                        "name": name, "image": kube.image("spark"),
-                        "imagePullPolicy": "Never", "args": ["python3", "-c", script, *args],
-                        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}}}]}}),
-                    timeout=300)
-    assert done.returncode == 0, f"pod {name}: {done.stderr}\n{done.stdout}"
-    return done.stdout
+def _in_pod(kube: KubeCluster, name: str, script: str, *args: str,
+            timeout: float = 300) -> str:
+    """Run a Python script in a pod of the Spark image (its entrypoint's pass-through role) and
+    return its log once the pod has ended.
+
+    Not ``kubectl run --rm -i``: when the container ends before kubectl attaches, its output can
+    be lost (a run here printed nothing and exited 0), so the pod is left to finish, its log read,
+    and then it is deleted."""
+    kube.kubectl("-n", NS, "run", name, "--restart=Never", f"--image={kube.image('spark')}",
+                 "--image-pull-policy=Never",
+                 "--overrides", json.dumps({"spec": {"containers": [{
+                     "name": name, "image": kube.image("spark"),
+                     "imagePullPolicy": "Never", "args": ["python3", "-c", script, *args],
+                     "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}}}]}}))
+    try:
+        deadline, phase = time.monotonic() + timeout, ""
+        while time.monotonic() < deadline:
+            phase = kube.kubectl("-n", NS, "get", "pod", name, "-o",
+                                 "jsonpath={.status.phase}").strip()
+            if phase in ("Succeeded", "Failed"):
+                break
+            time.sleep(1)
+        log = kube.run("kubectl", "-n", NS, "logs", name, timeout=60)
+        assert phase == "Succeeded", (f"pod {name}: {phase or 'no phase'} after "
+                                      f"{timeout:.0f} s\n{log.stdout[-3000:]}{log.stderr}")
+        return log.stdout
+    finally:
+        kube.run("kubectl", "-n", NS, "delete", "pod", name, "--ignore-not-found", "--wait=false")
 
 
 def _wait_ready(kube: KubeCluster, kind: str, name: str, timeout: float = 300) -> float:
@@ -224,8 +243,8 @@ def _spark_submit(kube: KubeCluster, run: str, extra: list[str]) -> subprocess.P
         "spark.executor.instances": "1",
         "spark.kubernetes.driver.request.cores": "100m",
         "spark.kubernetes.executor.request.cores": "100m",
-        "spark.driver.memory": "512m", "spark.driver.memoryOverhead": "256m",
-        "spark.executor.memory": "512m", "spark.executor.memoryOverhead": "256m",
+        "spark.driver.memory": "512m", "spark.driver.memoryOverhead": "1g",
+        "spark.executor.memory": "512m", "spark.executor.memoryOverhead": "1g",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
         "spark.kubernetes.submission.waitAppCompletion": "true",
@@ -304,7 +323,7 @@ def test_the_iot_job_runs_in_driver_and_executor_pods_and_writes_the_alerts(
         strom: KubeCluster) -> None:
     t = time.monotonic()
     proc = _spark_submit(strom, "plain", [])
-    seen: set[str] = set()
+    seen: dict[str, float] = {}  # role -> seconds from submit to its pod Running
     while proc.poll() is None and time.monotonic() - t < 900:
         pods = strom.kubectl_json("-n", NS, "get", "pods", "-l", "strom-test-run=plain")
         for pod in pods["items"]:
@@ -312,12 +331,14 @@ def test_the_iot_job_runs_in_driver_and_executor_pods_and_writes_the_alerts(
             image = pod["spec"]["containers"][0]["image"]
             if role in ("driver", "executor") and pod["status"].get("phase") == "Running":
                 assert image == strom.image("spark")
-                seen.add(role)
+                seen.setdefault(role, round(time.monotonic() - t, 1))
         time.sleep(2)
     _finish(strom, proc, "plain")
     took = round(time.monotonic() - t, 1)
-    strom.timings.setdefault("spark", {})["spark-submit plain"] = took
-    assert seen == {"driver", "executor"}, seen
+    strom.timings.setdefault("spark", {})["spark-submit plain"] = {
+        "seconds": took, "driver Running after": seen.get("driver"),
+        "executor Running after": seen.get("executor")}
+    assert set(seen) == {"driver", "executor"}, seen
     got = _alerts(strom, "plain")
     assert dict(got) == _expected() and len(got) == len(_expected()), got
 
@@ -351,7 +372,22 @@ def test_killing_the_executor_pod_mid_job_still_gives_the_right_alerts(
                                   "--force")
                     killed.update(pods=names, batches_committed=done,
                                   at=round(time.monotonic() - t, 1))
-                    return
+                    break
+            time.sleep(0.5)
+        # Recovery: the driver asks for a new executor pod; how long until it runs and until
+        # the next micro-batch is committed.
+        while killed and proc.poll() is None and time.monotonic() - t < 600:
+            pods = strom.kubectl_json("-n", NS, "get", "pods", "-l",
+                                      "spark-role=executor,strom-test-run=killed")["items"]
+            if "replacement Running after kill" not in killed and any(
+                    p["metadata"]["name"] not in killed["pods"]
+                    and p["status"].get("phase") == "Running" for p in pods):
+                killed["replacement Running after kill"] = round(
+                    time.monotonic() - t - killed["at"], 1)
+            if len(commits()) > len(killed["batches_committed"]):
+                killed["next batch committed after kill"] = round(
+                    time.monotonic() - t - killed["at"], 1)
+                return
             time.sleep(0.5)
 
     killer = threading.Thread(target=kill_when_one_batch_is_committed, daemon=True)
@@ -373,5 +409,7 @@ def test_killing_the_executor_pod_mid_job_still_gives_the_right_alerts(
     duplicates = len(got) - len(distinct)
     strom.timings.setdefault("spark", {})["spark-submit killed"] = {
         "seconds": took, "duplicates": duplicates, "killed at": killed["at"],
+        "replacement executor Running after kill": killed.get("replacement Running after kill"),
+        "next batch committed after kill": killed.get("next batch committed after kill"),
         "executor pods left": len(executors)}
     print(f"alerts after the kill: {len(distinct)} distinct, {duplicates} duplicate(s)")

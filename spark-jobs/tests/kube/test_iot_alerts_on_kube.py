@@ -44,13 +44,14 @@ from strom.testing.kube.fixture import KubeCluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.integration, pytest.mark.timeout(1500)]
 
-#: Known failure, recorded (docs/decisions.md, "Spark-on-Kubernetes"): the job does not complete
-#: yet (with the kubeconfig's ECDSA key spark-submit failed before the driver pod existed; with
-#: the ServiceAccount token the driver pod is created, the run still fails, cause not traced).
-#: Strict: the day it passes, this marker must go.
+#: Known failure, recorded (docs/decisions.md, "Spark-on-Kubernetes"): traced and fixed one by
+#: one (the submitter's 403 on Spark's NetworkPolicy, the host's PYSPARK_PYTHON in the driver
+#: pod, the driver OOMKilled at 768Mi), not yet seen passing as a whole. Strict: the day it
+#: passes, this marker must go.
 KNOWN_FAILURE = pytest.mark.xfail(
-    strict=True, reason="the Spark job on this cluster does not complete yet (driver pod "
-    "created with the ServiceAccount token, run fails; cause not traced); see docs/decisions.md")
+    strict=True, reason="the Spark job on this cluster has not yet been seen completing after "
+    "the fixes of 2026-11-25 (NetworkPolicy RBAC, PYSPARK_PYTHON, driver memory); see "
+    "docs/decisions.md")
 
 SPARK_JOBS = Path(__file__).resolve().parents[2]
 NS, CLUSTER = "spark-jobs", "iot"

@@ -227,7 +227,7 @@ def plot(points: list[ScalePoint], path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
     xs = [p.partitions for p in points]
     ax.plot(xs, [p.produce_rps for p in points], marker="o", label="keyed produce")
     ax.plot(xs, [p.consume_rps for p in points], marker="o", label="consume")
@@ -235,6 +235,19 @@ def plot(points: list[ScalePoint], path: Path) -> bool:
     ax.set_xlabel("partitions (one broker, RF 1)")
     ax.set_ylabel("records/s")
     ax.legend()
+    for label, values in (("create (one request)", [p.create_s for p in points]),
+                          ("clean stop", [p.stop_s for p in points]),
+                          ("clean restart -> first write", [p.restart_s for p in points]),
+                          ("kill -9 -> first write", [p.kill9_s for p in points])):
+        if all(v is not None for v in values):
+            bx.plot(xs, values, marker="o", label=label)
+    bx.set_xscale("log")
+    bx.set_xlabel("partitions (one broker, RF 1)")
+    bx.set_ylabel("seconds")
+    loads = [p.load_avg for p in points if p.load_avg is not None]
+    if loads:
+        fig.suptitle(f"2 cores shared, load average {min(loads):.0f}-{max(loads):.0f}")
+    bx.legend()
     fig.savefig(path, dpi=100, bbox_inches="tight")
     return True
 

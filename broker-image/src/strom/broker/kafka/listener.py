@@ -147,19 +147,26 @@ class KafkaListener:
         buf = conn.buf
         if len(buf) < 4:
             async with asyncio.timeout(self.idle_s):
-                while len(buf) < 4:
-                    await conn.fill()
+                if buf:
+                    while len(buf) < 4:
+                        await conn.fill()
+                else:  # nothing read ahead: the size alone, so a large frame is read in one go
+                    buf += await conn.reader.readexactly(4)
         size = read_size(bytes(buf[:4]))
         if size < 0 or size > self.max_request_bytes:
             _client_caused.warning("request size", "closing Kafka connection from %s: a request "
                                    "of %d bytes is outside 0..socket.request.max.bytes (%d)",
                                    peer, size, self.max_request_bytes)
             return False
+        if len(buf) - 4 < size <= READ_AHEAD:  # a small frame: read it and what follows it
+            async with asyncio.timeout(self.idle_s):
+                while len(buf) - 4 < size:
+                    await conn.fill()
         if len(buf) - 4 >= size:
             frame = bytes(buf[4:4 + size])
             del buf[:4 + size]
-        else:  # the rest of a frame not read yet: straight from the stream
-            head = bytes(buf[4:])
+        else:  # a large frame: the rest straight from the stream (one copy when none was
+            head = bytes(buf[4:])  # read ahead, as readexactly alone)
             buf.clear()
             async with asyncio.timeout(self.idle_s):
                 rest = await conn.reader.readexactly(size - len(head))

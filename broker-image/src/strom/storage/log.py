@@ -141,15 +141,16 @@ class PartitionLog:
                                producer_id_expiration_ms=producer_id_expiration_ms)
         started = time.monotonic()
         marker = directory / CLEAN_SHUTDOWN
+        names = os.listdir(directory)  # one listing for the whole open
         values = read_values(directory / RECOVERY_CHECKPOINT)
-        clean = marker.exists() and values is not None
+        clean = CLEAN_SHUTDOWN in names and values is not None
         values = values or {}
         epochs = LeaderEpochCache.load(directory / EPOCH_FILE)
         epochs_before = epochs.entries
         now = clock()
         segments = recovery.load_segments(
             directory, config, recovery_point=values.get("recovery-point", 0), clean=clean,
-            now_ms=now, on_batch=lambda h: _assign_epoch(epochs, h))
+            now_ms=now, on_batch=lambda h: _assign_epoch(epochs, h), names=names)
         log_start = values.get("log-start-offset", 0)
         if not segments:
             segments = [LogSegment.create(directory, log_start,
@@ -172,7 +173,7 @@ class PartitionLog:
         if epochs.entries != epochs_before:
             epochs.unsaved = True  # saved by the flush below (a failed disk: read-only)
         self._producers.expiration_ms = producer_id_expiration_ms
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(names)
         try:
             if not clean or any(seg.dirty for seg in segments) or epochs.unsaved:
                 self.flush()  # after a clean shutdown with nothing rebuilt: nothing to write
@@ -714,16 +715,17 @@ class PartitionLog:
     def producer_state(self) -> ProducerStateManager:
         return self._producers
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_producer_state(self, names: list[str] | None = None) -> None:
         """Load the newest snapshot within the log and replay batch headers from it to the end.
 
         Only headers are read (no decompression); after a clean close the snapshot sits at the
-        log end, so nothing is replayed.
+        log end, so nothing is replayed. ``names``: the directory's listing, if already read
+        (snapshots it names past the end are deleted, and the rest are at most ``end``).
         """
         end = self.log_end_offset
-        producer_state.delete_snapshots(self.directory, above=end)
+        producer_state.delete_snapshots(self.directory, above=end, names=names)
         expiration = self._producers.expiration_ms
-        state = producer_state.load_latest(self.directory, end, expiration)
+        state = producer_state.load_latest(self.directory, end, expiration, names)
         if state is None:
             state = ProducerStateManager(expiration, self._segments[0].base_offset)
         start = max(state.end_offset, self._segments[0].base_offset)

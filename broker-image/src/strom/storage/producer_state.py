@@ -230,10 +230,11 @@ def snapshot_path(directory: Path, offset: int) -> Path:
     return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
 
-def snapshot_offsets(directory: Path) -> list[int]:
+def snapshot_offsets(directory: Path, names: Iterable[str] | None = None) -> list[int]:
+    """Offsets of the snapshots in ``directory`` (``names``: its listing, if already read)."""
     found = []
-    for path in directory.iterdir():
-        match = _SNAPSHOT_FILE.match(path.name)
+    for name in os.listdir(directory) if names is None else names:
+        match = _SNAPSHOT_FILE.match(name)
         if match:
             found.append(int(match.group(1)))
     return sorted(found)
@@ -254,16 +255,16 @@ def write_snapshot(directory: Path, state: ProducerStateManager) -> Path:
 
 
 def delete_snapshots(directory: Path, *, below: int | None = None,
-                     above: int | None = None) -> None:
-    for offset in snapshot_offsets(directory):
+                     above: int | None = None, names: Iterable[str] | None = None) -> None:
+    for offset in snapshot_offsets(directory, names):
         if (below is not None and offset < below) or (above is not None and offset > above):
             snapshot_path(directory, offset).unlink(missing_ok=True)
 
 
-def load_latest(directory: Path, at_most: int, expiration_ms: int
-                ) -> ProducerStateManager | None:
+def load_latest(directory: Path, at_most: int, expiration_ms: int,
+                names: Iterable[str] | None = None) -> ProducerStateManager | None:
     """The newest readable snapshot at or below ``at_most`` (damaged ones are deleted)."""
-    for offset in reversed(snapshot_offsets(directory)):
+    for offset in reversed(snapshot_offsets(directory, names)):
         if offset > at_most:
             continue
         path = snapshot_path(directory, offset)

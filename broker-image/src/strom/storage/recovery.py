@@ -23,6 +23,7 @@ are legal and a corruption that keeps offsets increasing and in range is not det
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable
@@ -46,30 +47,38 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 _PROGRESS_SECONDS = 5.0
 
 
-def remove_leftovers(directory: Path) -> None:
-    logs = {p.name[: -len(LOG_SUFFIX)] for p in directory.glob("*" + LOG_SUFFIX)}
-    for path in directory.iterdir():
-        name = path.name
+def remove_leftovers(directory: Path, names: list[str] | None = None) -> list[str]:
+    """Remove leftover files; returns the names that remain (``names``: the directory's
+    listing, if already read: one listing serves the whole open of a log)."""
+    names = os.listdir(directory) if names is None else names
+    logs = {n[: -len(LOG_SUFFIX)] for n in names if n.endswith(LOG_SUFFIX)}
+    kept = []
+    for name in names:
         stale = name.endswith((CLEANED_SUFFIX, TMP_SUFFIX, DELETED_SUFFIX))
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             if name.endswith(suffix) and name[: -len(suffix)] not in logs:
                 stale = True
+        path = directory / name
         if stale and path.is_file():
             log.info("removing leftover file %s", path)
             path.unlink()
+        else:
+            kept.append(name)
+    return kept
 
 
-def segment_bases(directory: Path) -> list[int]:
+def segment_bases(directory: Path, names: list[str] | None = None) -> list[int]:
     bases = []
-    for path in directory.iterdir():
-        match = _SEGMENT_FILE.match(path.name)
+    for name in os.listdir(directory) if names is None else names:
+        match = _SEGMENT_FILE.match(name)
         if match:
             bases.append(int(match.group(1)))
     return sorted(bases)
 
 
 def load_segments(directory: Path, config: LogConfig, *, recovery_point: int, clean: bool,
-                  now_ms: int, on_batch: Callable[[BatchHeader], None]) -> list[LogSegment]:
+                  now_ms: int, on_batch: Callable[[BatchHeader], None],
+                  names: list[str] | None = None) -> list[LogSegment]:
     """Open, check and (if needed) repair every segment of ``directory``, oldest first.
 
     ``on_batch`` sees every batch that was scanned in full (to rebuild the leader-epoch cache).
@@ -77,8 +86,7 @@ def load_segments(directory: Path, config: LogConfig, *, recovery_point: int, cl
     them durable); trusted ones that passed their tail check are not, so a clean restart writes
     nothing.
     """
-    remove_leftovers(directory)
-    bases = segment_bases(directory)
+    bases = segment_bases(directory, remove_leftovers(directory, names))
     strict = not config.compact
     segments: list[LogSegment] = []
     started = time.monotonic()

@@ -157,3 +157,22 @@ def test_a_new_segments_index_flush_only_appends(tmp_path: Path, clock: Clock) -
         fileops.install(None)
     assert (tmp_path / "t-0" / "00000000000000000000.index").stat().st_size > 0
     plog.close()
+
+
+def test_a_new_partition_creates_its_segment_file_at_the_first_write(tmp_path: Path,
+                                                                      clock: Clock) -> None:
+    """Creating 10,000 partitions spent a third of its file-system time on empty segment
+    files: a new log is a directory until something is written."""
+    directory = tmp_path / "t-0"
+    plog = PartitionLog.open(directory, CONFIG, topic="t", partition=0, clock=clock)
+    assert list(directory.glob("*.log")) == []
+    assert plog.read(0, 1000).records == b""
+    plog.close()
+    plog = PartitionLog.open(directory, CONFIG, topic="t", partition=0, clock=clock)
+    assert list(directory.glob("*.log")) == []  # a restart of a never-written log creates none
+    append(plog, 0, 0)
+    assert [p.name for p in directory.glob("*.log")] == ["00000000000000000000.log"]
+    plog.close()
+    again = PartitionLog.open(directory, CONFIG, topic="t", partition=0, clock=clock)
+    assert values(again) == [record(0, 0)]
+    again.close()

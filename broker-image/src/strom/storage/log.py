@@ -156,7 +156,7 @@ class PartitionLog:
             segments = [LogSegment.create(directory, log_start,
                                           index_interval_bytes=config.index_interval_bytes,
                                           max_index_bytes=config.segment_index_bytes,
-                                          now_ms=now)]
+                                          now_ms=now, fresh=True)]
         if not clean:  # fsync whatever recovery read past the recovery point, or rewrote
             for seg in segments:
                 if seg.next_offset > values.get("recovery-point", 0):

@@ -44,15 +44,6 @@ from strom.testing.kube.fixture import KubeCluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.integration, pytest.mark.timeout(1500)]
 
-#: Known failure, recorded (docs/decisions.md, "Spark-on-Kubernetes"): traced and fixed one by
-#: one (the submitter's 403 on Spark's NetworkPolicy, the host's PYSPARK_PYTHON in the driver
-#: pod, the driver OOMKilled at 768Mi), not yet seen passing as a whole. Strict: the day it
-#: passes, this marker must go.
-KNOWN_FAILURE = pytest.mark.xfail(
-    strict=True, reason="the Spark job on this cluster has not yet been seen completing after "
-    "the fixes of 2026-11-25 (NetworkPolicy RBAC, PYSPARK_PYTHON, driver memory); see "
-    "docs/decisions.md")
-
 SPARK_JOBS = Path(__file__).resolve().parents[2]
 NS, CLUSTER = "spark-jobs", "iot"
 BOOTSTRAP = f"{CLUSTER}-bootstrap.{NS}.svc:9092"
@@ -319,7 +310,6 @@ def _alerts(kube: KubeCluster, run: str) -> list[tuple[tuple[str, int], tuple[li
     return got
 
 
-@KNOWN_FAILURE
 def test_the_iot_job_runs_in_driver_and_executor_pods_and_writes_the_alerts(
         strom: KubeCluster) -> None:
     t = time.monotonic()
@@ -344,7 +334,6 @@ def test_the_iot_job_runs_in_driver_and_executor_pods_and_writes_the_alerts(
     assert dict(got) == _expected() and len(got) == len(_expected()), got
 
 
-@KNOWN_FAILURE
 def test_killing_the_executor_pod_mid_job_still_gives_the_right_alerts(
         strom: KubeCluster) -> None:
     paths = strom.require_local_node()  # watches the checkpoint on the node's volume

@@ -238,21 +238,12 @@ def _walk_step(data: bytes | memoryview, at: int, end: int, step: Step,
         if n > end - at + 1:
             raise Malformed(step[2], _too_long(n - 1, end - at, "bytes"))
         return at + n - 1 if n else at
-    if kind == _LEGACY_STRING:
-        if at + 2 > end:
+    if kind in (_LEGACY_STRING, _LEGACY_BYTES):
+        length = _I16 if kind == _LEGACY_STRING else _I32
+        if at + length.size > end:
             raise Malformed(step[2], "the frame ends inside the length")
-        n = _I16.unpack_from(data, at)[0]
-        at += 2
-        if n < -1:
-            raise Malformed(step[2], f"a negative length {n}")
-        if n > end - at:
-            raise Malformed(step[2], _too_long(n, end - at, "bytes"))
-        return at + n if n > 0 else at
-    if kind == _LEGACY_BYTES:
-        if at + 4 > end:
-            raise Malformed(step[2], "the frame ends inside the length")
-        n = _I32.unpack_from(data, at)[0]
-        at += 4
+        n = length.unpack_from(data, at)[0]
+        at += length.size
         if n < -1:
             raise Malformed(step[2], f"a negative length {n}")
         if n > end - at:

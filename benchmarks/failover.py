@@ -23,14 +23,14 @@ leader (fencing + election + propagation), so the rest is the client's share.
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.background_writer import BackgroundWriter
 from strom.broker.config import KEYS
 from strom.client import Admin, Producer, RecordMetadata
 from strom.testing import Cluster, running_cluster
@@ -61,32 +61,13 @@ class Run:
 
 
 @dataclass
-class Writer:
+class Writer(BackgroundWriter):
     """One record every ``interval_s`` with default producer settings; ack times recorded."""
-
-    bootstrap: str
-    interval_s: float = 0.01
-    acks: list[tuple[float, float]] = field(default_factory=list)
-    """(send time, ack time) of every acknowledged record."""
-    errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    thread: threading.Thread | None = None
-
-    def __enter__(self) -> Writer:
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join(200)
 
     def _run(self) -> None:
         with Producer(self.bootstrap, acks="all", linger_ms=0) as producer:
-            deadline = time.monotonic() + 3600
-            while not self.stop.is_set() and time.monotonic() < deadline:
+            deadline = self.deadline()
+            while self.running(deadline):
                 sent = time.monotonic()
                 producer.send(TOPIC, b"x", on_delivery=lambda md, err, t=sent:
                               self._done(t, md, err))
@@ -94,16 +75,11 @@ class Writer:
             producer.flush(150)
 
     def _done(self, sent: float, md: RecordMetadata | None, err: Exception | None) -> None:
-        with self.lock:
-            if err is None and md is not None:
+        if err is None and md is not None:
+            with self.lock:
                 self.acks.append((sent, time.monotonic()))
-            else:
-                self.errors.append(repr(err))
-
-    def first_ack_of_record_sent_after(self, t: float) -> float | None:
-        with self.lock:
-            times = [acked for sent, acked in self.acks if sent > t]
-        return min(times) if times else None
+        else:
+            self.error(repr(err))
 
 
 def _lead_from_the_controller(cluster: Cluster) -> None:

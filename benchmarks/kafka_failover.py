@@ -18,13 +18,14 @@ admin client), so nothing here depends on a system's own API.
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from benchmarks.background_writer import BackgroundWriter
 
 TOPIC = "failover"
 #: Longest a run waits for writes to resume before it records the cap.
@@ -52,38 +53,20 @@ class Run:
 
 
 @dataclass
-class Writer:
+class Writer(BackgroundWriter):
     """One numbered record every ``interval_s`` (acks=all, idempotent); every acknowledgement
-    kept with its send and ack time, partition offset and value."""
+    kept as (send time, ack time, partition offset, value)."""
 
-    bootstrap: str
-    interval_s: float = 0.01
-    acks: list[tuple[float, float, int, bytes]] = field(default_factory=list)
-    """(send time, ack time, offset, value) of every acknowledged record."""
-    errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    thread: threading.Thread | None = None
     sent: int = 0
-
-    def __enter__(self) -> Writer:
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join(200)
 
     def _run(self) -> None:
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
                              "enable.idempotence": True, "linger.ms": 0,
-                             "error_cb": lambda err: self._error(str(err))})
-        deadline = time.monotonic() + 3600
-        while not self.stop.is_set() and time.monotonic() < deadline:
+                             "error_cb": lambda err: self.error(str(err))})
+        deadline = self.deadline()
+        while self.running(deadline):
             value = str(self.sent).encode()
             sent = time.monotonic()
             producer.produce(TOPIC, value, partition=0,
@@ -93,21 +76,12 @@ class Writer:
             time.sleep(self.interval_s)
         producer.flush(150)
 
-    def _error(self, text: str) -> None:
-        with self.lock:
-            self.errors.append(text)
-
     def _done(self, sent: float, err: Any, msg: Any) -> None:
-        with self.lock:
-            if err is None:
+        if err is None:
+            with self.lock:
                 self.acks.append((sent, time.monotonic(), msg.offset(), msg.value()))
-            else:
-                self.errors.append(str(err))
-
-    def first_ack_of_record_sent_after(self, t: float) -> float | None:
-        with self.lock:
-            times = [acked for sent, acked, _, _ in self.acks if sent > t]
-        return min(times) if times else None
+        else:
+            self.error(str(err))
 
 
 _ADMINS: dict[str, Any] = {}
@@ -168,7 +142,7 @@ def create_topic(bootstrap: str) -> None:
     futures[TOPIC].result(timeout=60)
 
 
-def lost_records(bootstrap: str, acks: list[tuple[float, float, int, bytes]],
+def lost_records(bootstrap: str, acks: list[tuple[Any, ...]],
                  timeout_s: float = 120.0) -> int:
     """How many acknowledged (offset, value) pairs the partition does not hold, read from the
     start once the cluster is whole again."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from strom.broker.core import BrokerCore
 from strom.broker.metrics import BrokerMetrics
@@ -38,6 +39,8 @@ from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import PartitionDataLike, ProduceRequestLike
 from strom.protocol.v1 import broker_pb2
 from strom.ratelimit import RateLimitedLog
+from strom.storage.config import LogConfig
+from strom.storage.log import AppendResult
 
 _log = RateLimitedLog(logging.getLogger(__name__))
 
@@ -48,6 +51,73 @@ DEFAULT_TIMEOUT_MS = 30_000
 
 
 async def handle(core: BrokerCore, request: ProduceRequestLike) -> broker_pb2.ProduceResponse:
+    _check(request)
+    timeout_ms = request.timeout_ms or DEFAULT_TIMEOUT_MS
+    response = broker_pb2.ProduceResponse()
+    outs = [_new_out(response, data) for data in request.partitions]
+    if len(outs) == 1:
+        await _produce_one(core, request.partitions[0], request.acks, timeout_ms, outs[0])
+    else:
+        await asyncio.gather(*(_produce_one(core, data, request.acks, timeout_ms, out)
+                               for data, out in zip(request.partitions, outs, strict=True)))
+    return response
+
+
+async def handle_run(core: BrokerCore, requests: Sequence[ProduceRequestLike]
+                     ) -> list[broker_pb2.ProduceResponse] | None:
+    """Serve produce requests that arrived pipelined on one connection, each for the same single
+    partition with the same acks and timeout, with one append of all their batches (one
+    validation walk, one write, one high-watermark move): the answers, in order, are those
+    :func:`handle` gives each request in turn.
+
+    None when that cannot be promised (the requests differ, a request or its target is
+    invalid, or an append of all of them fails, which writes nothing): the caller then serves
+    each request with :func:`handle`, which finds which one fails and how."""
+    if len(requests) < 2 or any(len(r.partitions) != 1 for r in requests):
+        return None
+    first = requests[0]
+    data = first.partitions[0]
+    key = (first.acks, first.timeout_ms, data.topic, data.partition)
+    if any((r.acks, r.timeout_ms, r.partitions[0].topic, r.partitions[0].partition) != key
+           for r in requests):
+        return None
+    metrics = core.metrics
+    responses = [broker_pb2.ProduceResponse() for _ in requests]
+    outs = [_new_out(response, data) for response in responses]
+    try:
+        _check(first)
+        config = await _target(core, data.topic, data.partition)
+        results = await core.replicas.append_many(
+            data.topic, data.partition, [r.partitions[0].records for r in requests], first.acks,
+            config, first.timeout_ms or DEFAULT_TIMEOUT_MS)
+    except StromError:
+        return None
+    except Exception as exc:  # as _produce_one: every request gets UNKNOWN_SERVER_ERROR
+        _log.error(f"unexpected {type(exc).__name__}", "produce to %s-%d failed unexpectedly",
+                   data.topic, data.partition, exc_info=True)
+        for out in outs:
+            _fail(out, StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                  f"{type(exc).__name__}: {exc}; see the broker log"), metrics)
+        return responses
+    if results is None:
+        return None
+    plog = core.replicas.get(data.topic, data.partition)
+    log_start = plog.log_start_offset if plog is not None else 0
+    size = records = 0
+    for result, out in zip(results, outs, strict=True):
+        if isinstance(result, StromError):
+            _fail(out, result, metrics)
+        else:
+            _set_result(out, result, log_start)
+            size += result.size_bytes
+            records += result.record_count
+    metrics.bytes_in.labels(data.topic).inc(size)
+    metrics.messages_in.labels(data.topic).inc(records)
+    return responses
+
+
+def _check(request: ProduceRequestLike) -> None:
+    """What fails a whole request."""
     if request.acks not in VALID_ACKS:
         raise StromError(ErrorCode.INVALID_REQUIRED_ACKS,
                          f"acks={request.acks} is invalid; use 0, 1 or -1 (all)")
@@ -56,17 +126,12 @@ async def handle(core: BrokerCore, request: ProduceRequestLike) -> broker_pb2.Pr
                          f"timeout_ms={request.timeout_ms} is negative; use 0 (the default, "
                          f"{DEFAULT_TIMEOUT_MS} ms) or more")
     require_topic_names(p.topic for p in request.partitions)
-    timeout_ms = request.timeout_ms or DEFAULT_TIMEOUT_MS
-    response = broker_pb2.ProduceResponse()
-    outs = [response.partitions.add(topic=data.topic, partition=data.partition,
-                                    base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
-            for data in request.partitions]
-    if len(outs) == 1:
-        await _produce_one(core, request.partitions[0], request.acks, timeout_ms, outs[0])
-    else:
-        await asyncio.gather(*(_produce_one(core, data, request.acks, timeout_ms, out)
-                               for data, out in zip(request.partitions, outs, strict=True)))
-    return response
+
+
+def _new_out(response: broker_pb2.ProduceResponse, data: PartitionDataLike
+             ) -> broker_pb2.PartitionProduceResponse:
+    return response.partitions.add(topic=data.topic, partition=data.partition, base_offset=-1,
+                                   log_append_time_ms=-1, log_start_offset=-1)
 
 
 def _fail(out: broker_pb2.PartitionProduceResponse, err: StromError,
@@ -76,27 +141,33 @@ def _fail(out: broker_pb2.PartitionProduceResponse, err: StromError,
     metrics.partition_errors.labels("Produce", err.code.name).inc()
 
 
+async def _target(core: BrokerCore, topic: str, partition: int) -> LogConfig:
+    """The log configuration of a partition producers may write, or a StromError saying why
+    not (an unknown topic is created with auto.create.topics.enable)."""
+    record = core.metadata.topic(topic)
+    if topic in PRODUCE_FORBIDDEN:
+        raise StromError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"topic {topic!r} is internal (it holds the cluster's own "
+                         f"state); producers cannot write to it")
+    if record is None:
+        record = await core.topics.auto_create(topic)
+    if record is None:
+        raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         f"topic {topic!r} does not exist; create it first (or enable "
+                         f"auto.create.topics.enable)")
+    if not 0 <= partition < record.partitions:
+        raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         f"partition {partition} of topic {topic!r} does not exist; "
+                         f"the topic has {record.partitions} partitions "
+                         f"(0..{record.partitions - 1})")
+    return core.topics.log_config(topic)
+
+
 async def _produce_one(core: BrokerCore, data: PartitionDataLike, acks: int,
                        timeout_ms: int, out: broker_pb2.PartitionProduceResponse) -> None:
     metrics = core.metrics
     try:
-        record = core.metadata.topic(data.topic)
-        if data.topic in PRODUCE_FORBIDDEN:
-            raise StromError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                             f"topic {data.topic!r} is internal (it holds the cluster's own "
-                             f"state); producers cannot write to it")
-        if record is None:
-            record = await core.topics.auto_create(data.topic)
-        if record is None:
-            raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                             f"topic {data.topic!r} does not exist; create it first (or enable "
-                             f"auto.create.topics.enable)")
-        if not 0 <= data.partition < record.partitions:
-            raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                             f"partition {data.partition} of topic {data.topic!r} does not exist; "
-                             f"the topic has {record.partitions} partitions "
-                             f"(0..{record.partitions - 1})")
-        config = core.topics.log_config(data.topic)
+        config = await _target(core, data.topic, data.partition)
         result = await core.replicas.append(data.topic, data.partition, data.records, acks,
                                             config, timeout_ms)
     except StromError as err:
@@ -111,9 +182,19 @@ async def _produce_one(core: BrokerCore, data: PartitionDataLike, acks: int,
         _fail(out, StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
                               f"{type(exc).__name__}: {exc}; see the broker log"), metrics)
         return
+    _appended(core, data.topic, data.partition, result, out)
+
+
+def _appended(core: BrokerCore, topic: str, partition: int, result: AppendResult,
+              out: broker_pb2.PartitionProduceResponse) -> None:
+    plog = core.replicas.get(topic, partition)
+    _set_result(out, result, plog.log_start_offset if plog is not None else 0)
+    core.metrics.bytes_in.labels(topic).inc(result.size_bytes)
+    core.metrics.messages_in.labels(topic).inc(result.record_count)
+
+
+def _set_result(out: broker_pb2.PartitionProduceResponse, result: AppendResult,
+                log_start_offset: int) -> None:
     out.base_offset = result.base_offset
     out.log_append_time_ms = result.log_append_time_ms
-    plog = core.replicas.get(data.topic, data.partition)
-    out.log_start_offset = plog.log_start_offset if plog is not None else 0
-    metrics.bytes_in.labels(data.topic).inc(result.size_bytes)
-    metrics.messages_in.labels(data.topic).inc(result.record_count)
+    out.log_start_offset = log_start_offset

@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
 from strom.protocol.batch import iter_headers, next_offset_after, whole_batches_within
@@ -311,22 +311,69 @@ class ReplicaManager:
         """Append as leader; with acks=-1 also wait until the high watermark passes the batch."""
         tp = (topic, partition)
         part = self._leader(topic, partition)
+        self._check_min_isr(part, tp, acks, config)
+        epoch = part.view.leader_epoch
+        generation = part.leaderships
+        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 0) / 1000.0
+        result = part.log.append_as_leader(records, epoch)
+        self._appended(part, tp)
+        if acks == -1:
+            await self._replicated(part, tp, generation, epoch, result, config, deadline,
+                                   timeout_ms)
+        return result
+
+    async def append_many(self, topic: str, partition: int, parts: Sequence[bytes | memoryview],
+                          acks: int, config: LogConfig, timeout_ms: int
+                          ) -> list[AppendResult | StromError] | None:
+        """:meth:`append` for the batches of several produce requests to one partition, in one
+        write (:meth:`PartitionLog.append_many_as_leader`); a result or an error per part, in
+        order, as :meth:`append` gives each (acks=-1 waits for each part's last offset in turn).
+        None when the parts cannot be appended as one (the log unchanged); raises, nothing
+        written, as :meth:`append` does for one part."""
+        tp = (topic, partition)
+        part = self._leader(topic, partition)
+        self._check_min_isr(part, tp, acks, config)
+        epoch = part.view.leader_epoch
+        generation = part.leaderships
+        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 0) / 1000.0
+        results = part.log.append_many_as_leader(parts, epoch)
+        if results is None:
+            return None
+        self._appended(part, tp)
+        if acks != -1:
+            return list(results)
+        out: list[AppendResult | StromError] = []
+        for result in results:
+            try:
+                await self._replicated(part, tp, generation, epoch, result, config, deadline,
+                                       timeout_ms)
+                out.append(result)
+            except StromError as err:
+                out.append(err)
+        return out
+
+    @staticmethod
+    def _check_min_isr(part: Partition, tp: tuple[str, int], acks: int,
+                       config: LogConfig) -> None:
         min_isr = config.min_insync_replicas
         if acks == -1 and len(part.view.isr) < min_isr:
             raise StromError(ErrorCode.NOT_ENOUGH_REPLICAS,
-                             f"{topic}-{partition} has {len(part.view.isr)} in-sync replicas, "
+                             f"{tp[0]}-{tp[1]} has {len(part.view.isr)} in-sync replicas, "
                              f"fewer than min.insync.replicas={min_isr}; wait for replicas to "
                              f"catch up, lower min.insync.replicas or use acks=1")
-        epoch = part.view.leader_epoch
-        generation = part.leaderships
-        result = part.log.append_as_leader(records, epoch)
+
+    def _appended(self, part: Partition, tp: tuple[str, int]) -> None:
         if part.advance_high_watermark():
             self._acks.notify(tp)
         self.waiters.notify(tp)
-        if acks != -1:
-            return result
+
+    async def _replicated(self, part: Partition, tp: tuple[str, int], generation: int,
+                          epoch: int, result: AppendResult, config: LogConfig, deadline: float,
+                          timeout_ms: int) -> None:
+        """Wait until the high watermark passes ``result`` (acks=-1), or raise why not."""
+        topic, partition = tp
+        min_isr = config.min_insync_replicas
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout_ms, 0) / 1000.0
         while True:
             current = self._partitions.get(tp)
             if (current is not part or not part.is_leader or part.leaderships != generation
@@ -343,7 +390,7 @@ class ReplicaManager:
                         f"fewer than min.insync.replicas={min_isr}, after the append at offset "
                         f"{result.base_offset}; retry (it may be written twice without "
                         f"idempotence)")
-                return result
+                return
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise StromError(ErrorCode.REQUEST_TIMED_OUT,

@@ -252,6 +252,42 @@ class PartitionLog:
         An I/O error (disk full, no file handle, EIO) cuts whatever part of the batches reached
         the file, takes the log offline and raises KAFKA_STORAGE_ERROR: a record is in the log
         if and only if its append returned."""
+        return self._append_as_leader(records, leader_epoch)[0]
+
+    def append_many_as_leader(self, parts: Sequence[bytes | memoryview], leader_epoch: int
+                              ) -> list[AppendResult] | None:
+        """Append the batches of several produce requests in one pass (one validation walk, one
+        write), all or nothing, with a result per part as if each had been appended alone, in
+        order, by :meth:`append_as_leader`.
+
+        Only when that equivalence is certain: None (the log unchanged) when a part is not a
+        whole number of batches by their length fields (joined, two halves could pass as one
+        batch), or the topic recompresses (offsets of batches move). Raises as
+        :meth:`append_as_leader` does for the whole: nothing is written, and the caller appends
+        the parts one by one to learn which one failed and why (a duplicate idempotent batch
+        among several is such an error, DUPLICATE_SEQUENCE_NUMBER)."""
+        counts = [_batch_count(part) for part in parts]
+        if 0 in counts or self.config.compression_type != "producer":
+            return None
+        joined = b"".join(parts)
+        whole, patched = self._append_as_leader(joined, leader_epoch)
+        append_time = whole.log_append_time_ms
+        results: list[AppendResult] = []
+        first = 0
+        for count in counts:
+            mine = patched[first:first + count]
+            first += count
+            results.append(AppendResult(
+                base_offset=mine[0].base_offset, last_offset=mine[-1].last_offset,
+                record_count=sum(h.records_count for h in mine),
+                size_bytes=sum(h.size for h in mine), log_append_time_ms=append_time,
+                max_timestamp=max(h.max_timestamp for h in mine)))
+        return results
+
+    def _append_as_leader(self, records: bytes | memoryview, leader_epoch: int
+                          ) -> tuple[AppendResult, list[BatchHeader]]:
+        """:meth:`append_as_leader`, also returning the appended batches' headers (none for a
+        duplicate)."""
         self._check_writable()
         latest = self._epochs.latest_epoch
         if latest is not None and leader_epoch < latest:
@@ -276,7 +312,7 @@ class PartitionLog:
                     base_offset=dup.first_offset, last_offset=dup.last_offset,
                     record_count=dup.last_offset - dup.first_offset + 1, size_bytes=0,
                     log_append_time_ms=-1, max_timestamp=max(h.max_timestamp for h in headers),
-                    duplicate=True)
+                    duplicate=True), []
         append_time = config.log_append_time
         offset = self.log_end_offset
         buf: bytes | bytearray | memoryview = records
@@ -308,7 +344,7 @@ class PartitionLog:
             base_offset=patched[0].base_offset, last_offset=patched[-1].last_offset,
             record_count=sum(h.records_count for h in patched), size_bytes=len(buf),
             log_append_time_ms=now if append_time else -1,
-            max_timestamp=max(h.max_timestamp for h in patched))
+            max_timestamp=max(h.max_timestamp for h in patched)), patched
 
     def append_as_follower(self, records: bytes | memoryview) -> AppendResult:
         """Append batches whose offsets and epochs a leader assigned; all or nothing (an I/O
@@ -877,3 +913,18 @@ def _whole_batches(data: bytes, first_size: int, limit: int) -> bytes:
             break
         pos += size
     return data if pos == total else data[:pos]
+
+
+def _batch_count(part: bytes | memoryview) -> int:
+    """How many batches ``part`` holds by their length fields, 0 unless it ends exactly at the
+    end of one (the batches themselves are validated by the append)."""
+    pos, count, total = 0, 0, len(part)
+    while pos < total:
+        if total - pos < LOG_OVERHEAD:
+            return 0
+        _, length = _OFFSET_LEN.unpack_from(part, pos)
+        if length <= 0:
+            return 0
+        pos += LOG_OVERHEAD + length
+        count += 1
+    return count if pos == total else 0

@@ -40,9 +40,11 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from strom.broker.config import BrokerConfig
 from strom.broker.core import BrokerCore
+from strom.broker.kafka import produce as kafka_produce
 from strom.broker.kafka.apis import APIS, SUPPORTED
 from strom.broker.kafka.context import Context
 from strom.broker.kafka.fetch_sessions import FetchSessionCache
@@ -51,6 +53,7 @@ from strom.broker.kafka.frames import (
     ApiVersionsFallback,
     Chunk,
     Reject,
+    Request,
     api_versions_fallback,
     encode_response_chunks,
     parse_request,
@@ -69,6 +72,7 @@ SEND_PIECE = 1 << 20
 READ_AHEAD = 65_536
 #: Queued answers are written once they reach this size, even if more requests are waiting.
 FLUSH_BYTES = 65_536
+_PRODUCE_KEY = kafka_produce.KEY.to_bytes(2, "big")
 _client_caused = RateLimitedLog(log)
 
 
@@ -181,6 +185,10 @@ class KafkaListener:
             core.metrics.requests.labels("ApiVersions", "UNSUPPORTED_VERSION", self.name).inc()
             return await self._answer(conn, [api_versions_fallback(parsed, SUPPORTED)])
         api = APIS[parsed.api_key]
+        if parsed.api_key == kafka_produce.KEY:
+            run = self._pipelined_produce(conn)
+            if run:
+                return await self._produce_run(core, conn, [parsed, *run])
         context = Context(core, parsed, self.name, SUPPORTED, self.fetch_sessions)
         metrics = core.metrics
         metrics.inflight.inc()
@@ -214,6 +222,78 @@ class KafkaListener:
                           "connection", api.name, parsed.api_version, peer)
             return False
         return await self._answer(conn, data)
+
+    def _pipelined_produce(self, conn: _Connection) -> list[Request]:
+        """The valid Produce requests read whole right behind the one being served (taken
+        from the read buffer); the first frame that is not one stays for :meth:`_one`."""
+        run: list[Request] = []
+        buf = conn.buf
+        while conn.next_frame_here():
+            size = read_size(bytes(buf[:4]))
+            if not 2 <= size <= self.max_request_bytes or buf[4:6] != _PRODUCE_KEY:
+                break
+            parsed = parse_request(bytes(buf[4:4 + size]), SUPPORTED)
+            if not isinstance(parsed, Request):
+                break
+            del buf[:4 + size]
+            run.append(parsed)
+        return run
+
+    async def _produce_run(self, core: BrokerCore, conn: _Connection,
+                           requests: list[Request]) -> bool:
+        """Serve Produce requests that arrived pipelined together
+        (:func:`strom.broker.kafka.produce.handle_pipelined`) and queue their answers in order;
+        False closes the connection (after the answers before a failed acks=0 request)."""
+        contexts = [Context(core, r, self.name, SUPPORTED, self.fetch_sessions)
+                    for r in requests]
+        metrics = core.metrics
+        metrics.inflight.inc(len(requests))
+        started = time.perf_counter()
+        answers: list[Any] = []
+        failure: str | None = None
+        try:
+            answers = await kafka_produce.handle_pipelined(contexts)
+        except asyncio.CancelledError:
+            failure = "cancelled"
+            raise
+        except Exception:
+            failure = ErrorCode.UNKNOWN_SERVER_ERROR.name
+            _client_caused.error("failed Produce", "Kafka Produce (%d pipelined requests) from "
+                                 "%s (client %r) failed inside the broker; closing the "
+                                 "connection", len(requests), conn.peer,
+                                 requests[0].client_id, exc_info=True)
+            return False
+        finally:
+            metrics.inflight.dec(len(requests))
+            elapsed = time.perf_counter() - started
+            closed = bool(answers) and answers[-1] is kafka_produce.CLOSE
+            served = len(answers) - closed if failure is None else len(requests)
+            duration = metrics.request_duration.labels("Produce", self.name)
+            for _ in range(served + closed):
+                duration.observe(elapsed)
+            if served:
+                metrics.requests.labels("Produce", failure or "ok", self.name).inc(served)
+            if closed:
+                metrics.requests.labels("Produce", "closed", self.name).inc()
+        for request, answer in zip(requests, answers, strict=False):
+            if answer is kafka_produce.CLOSE:
+                return False
+            if answer is None:
+                continue
+            try:
+                data = ([answer] if isinstance(answer, bytes)
+                        else encode_response_chunks(request.correlation_id, answer))
+            except Exception:
+                log.exception("Kafka Produce v%d response to %s could not be encoded; closing "
+                              "the connection", request.api_version, conn.peer)
+                return False
+            conn.pending.extend(data)
+            conn.pending_bytes += sum(len(c) for c in data)
+            if conn.pending_bytes >= FLUSH_BYTES:
+                await self._flush(conn)
+        if conn.pending and not conn.next_frame_here():
+            await self._flush(conn)  # one write for the run's answers
+        return True
 
     async def _answer(self, conn: _Connection, chunks: list[Chunk]) -> bool:
         """Queue a response behind the earlier ones; write them all when no further request is

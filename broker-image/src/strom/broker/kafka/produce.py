@@ -17,6 +17,7 @@ NOT_LEADER_OR_FOLLOWER (clients refresh metadata instead).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from kio.serial.readers import tz_aware_from_i64
 
 from strom.broker import produce
 from strom.broker.kafka.context import NO_THROTTLE, Context, code, ms, topic_uuid
+from strom.broker.kafka.frames import ResponseTemplate
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import PartitionData, ProduceRequest
 
@@ -43,7 +45,93 @@ class _Slot:
     error: StromError | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A Kafka produce request as the core's request, with a slot per partition it names."""
+
+    slots: list[_Slot]
+    request: ProduceRequest
+    transactional: bool
+
+    @property
+    def run_key(self) -> tuple[str, int, int, int] | None:
+        """Requests with the same key may share one append (``produce.handle_run``): one
+        partition, known, not transactional."""
+        if self.transactional or len(self.slots) != 1 or self.slots[0].error is not None:
+            return None
+        data = self.request.partitions[0]
+        return data.topic, data.partition, self.request.acks, self.request.timeout_ms
+
+
+class _Close:
+    """The answer that closes the connection (a failed acks=0 request)."""
+
+
+CLOSE = _Close()
+
+
 async def handle(ctx: Context) -> Any:
+    prepared = _prepare(ctx)
+    return await _serve(ctx, prepared)
+
+
+async def handle_pipelined(ctxs: Sequence[Context]) -> list[Any]:
+    """Serve produce requests read pipelined from one connection: their answers in order, each
+    a response, its encoded frame (``bytes``), None (acks=0) or ``CLOSE``, which ends the list
+    (Kafka closes the connection after a failed acks=0 request, and the requests behind it
+    are not served).
+
+    Consecutive requests for the same single partition (with the same acks and timeout: one
+    producer's, as librdkafka sends at linger.ms=0, one record per request) are appended
+    together by the core (:func:`strom.broker.produce.handle_run`); whatever the core cannot
+    promise to answer as it would each alone is served request by request, as
+    :func:`handle` does."""
+    prepared = [_prepare(ctx) for ctx in ctxs]
+    answers: list[Any] = []
+    templates: dict[tuple[int, int, int], ResponseTemplate | None] = {}
+    i = 0
+    while i < len(ctxs):
+        key = prepared[i].run_key
+        j = i + 1
+        while key is not None and j < len(ctxs) and prepared[j].run_key == key:
+            j += 1
+        together = (await produce.handle_run(ctxs[i].core, [p.request for p in prepared[i:j]])
+                    if j - i > 1 else None)
+        for k in range(i, j):
+            try:
+                if together is None:
+                    answers.append(await _serve(ctxs[k], prepared[k]))
+                else:
+                    answers.append(_run_answer(ctxs[k], prepared[k], together[k - i].partitions[0],
+                                               templates))
+            except CloseConnection:
+                answers.append(CLOSE)
+                return answers
+        i = j
+    return answers
+
+
+def _run_answer(ctx: Context, prepared: _Prepared, part: Any,
+                templates: dict[tuple[int, int, int], ResponseTemplate | None]) -> Any:
+    """:func:`_answer` for a request appended with others; a successful answer as the encoded
+    frame (``bytes``), made from a template shared by the run's answers of the same shape."""
+    results = {(part.topic, part.partition): part}
+    if prepared.request.acks == 0 or part.error_code:
+        return _answer(ctx, prepared, results, None)
+    key = (ctx.version, part.log_append_time_ms, part.log_start_offset)
+    if key not in templates:
+        try:
+            templates[key] = ResponseTemplate(
+                lambda base: _response(ctx, prepared.slots, results, None, base_offset=base))
+        except ValueError:
+            templates[key] = None
+    template = templates[key]
+    if template is None:
+        return _answer(ctx, prepared, results, None)
+    return template.encode(ctx.request.correlation_id, part.base_offset)
+
+
+def _prepare(ctx: Context) -> _Prepared:
     body = ctx.body
     core = ctx.core
     by_id = None
@@ -64,22 +152,32 @@ async def handle(ctx: Context) -> Any:
             slots.append(_Slot(name, topic_id, p.index, error))
             if error is None:
                 data.append(PartitionData(name, p.index, memoryview(p.records or b"")))
-    acks = int(body.acks)
-    request = ProduceRequest(acks, ms(body.timeout), data)
+    return _Prepared(slots, ProduceRequest(int(body.acks), ms(body.timeout), data),
+                     body.transactional_id is not None)
+
+
+async def _serve(ctx: Context, prepared: _Prepared) -> Any:
     results: dict[tuple[str, int], Any] = {}
     whole: StromError | None = None
-    if body.transactional_id is not None:
+    if prepared.transactional:
         whole = StromError(ErrorCode.INVALID_REQUEST,
                            "transactions are not supported; produce without a transactional.id")
     else:
         try:
-            answer = await produce.handle(core, request)
+            answer = await produce.handle(ctx.core, prepared.request)
             results = {(p.topic, p.partition): p for p in answer.partitions}
         except StromError as err:
             whole = err
+    return _answer(ctx, prepared, results, whole)
+
+
+def _answer(ctx: Context, prepared: _Prepared, results: dict[tuple[str, int], Any],
+            whole: StromError | None) -> Any:
+    """The response, None for acks=0, or CloseConnection for a failed acks=0 request."""
+    slots = prepared.slots
     failed = whole is not None or any(s.error is not None for s in slots) or any(
         p.error_code for p in results.values())
-    if acks == 0:
+    if prepared.request.acks == 0:
         if failed:
             raise CloseConnection("an acks=0 produce failed")
         return None
@@ -87,7 +185,8 @@ async def handle(ctx: Context) -> Any:
 
 
 def _response(ctx: Context, slots: list[_Slot], results: dict[tuple[str, int], Any],
-              whole: StromError | None) -> Any:
+              whole: StromError | None, base_offset: int | None = None) -> Any:
+    """The response; ``base_offset`` replaces the results' (one partition: a template's)."""
     topics: dict[tuple[str, uuid.UUID | None], list[Any]] = {}
     for slot in slots:
         err = whole or slot.error
@@ -102,7 +201,7 @@ def _response(ctx: Context, slots: list[_Slot], results: dict[tuple[str, int], A
             part = ctx.build(
                 "PartitionProduceResponse", index=slot.partition,
                 error_code=code(out.error_code),
-                base_offset=out.base_offset,
+                base_offset=out.base_offset if base_offset is None else base_offset,
                 log_append_time=(tz_aware_from_i64(out.log_append_time_ms)
                                  if out.log_append_time_ms >= 0 else None),
                 log_start_offset=out.log_start_offset, record_errors=(),

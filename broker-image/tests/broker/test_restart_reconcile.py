@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 from strom.broker.cluster import RAFT_DIR
 from strom.broker.core import BrokerCore
-from strom.broker.publisher import read_topic_id
 from strom.storage.config import LogConfig
+from strom.storage.partition_metadata import read_topic_id
 
 MakeCore = Callable[..., Awaitable[BrokerCore]]
 

@@ -23,7 +23,7 @@ from strom.broker.coordinator import GroupCoordinator, GroupSettings
 from strom.broker.metadata import ClusterMetadata
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.producer_ids import ProducerIdManager
-from strom.broker.publisher import MetadataPublisher, write_topic_id
+from strom.broker.publisher import MetadataPublisher
 from strom.broker.topics import TopicManager
 from strom.controller.metadata import (
     ChangePartition,
@@ -36,6 +36,7 @@ from strom.controller.metadata import (
 from strom.protocol.errors import StromError
 from strom.replication.manager import ReplicaManager
 from strom.replication.settings import ReplicationSettings
+from strom.shutdown import cancel_and_wait
 from strom.storage.manager import LogManager
 from strom.supervision import spawn
 
@@ -43,6 +44,10 @@ log = logging.getLogger(__name__)
 
 UNFENCE_TIMEOUT_S = 30.0
 REPORT_BEFORE_UNFENCE_S = 10.0
+DEFERRED_SLICE_S = 0.02
+"""Longest stretch of reading deferred logs between two yields to the event loop."""
+DEFERRED_PAUSE_S = 0.005
+"""Pause between two slices, so requests keep being served while the rest loads."""
 
 
 @dataclass
@@ -58,6 +63,7 @@ class BrokerCore:
     metrics: BrokerMetrics
     groups: GroupCoordinator
     _stopped: bool = False
+    _loader: asyncio.Task[None] | None = None
 
     @classmethod
     def create(cls, config: BrokerConfig, *, port: int,
@@ -171,8 +177,23 @@ class BrokerCore:
         """Recover every log on disk (blocking; run it in a worker thread)."""
         started = time.monotonic()
         log.info("loading logs from %s", ", ".join(str(d) for d in self.config.log_dirs))
-        found = self.logs.load_all()
+        found = self.logs.load_all(defer=True)
         log.info("loaded %d partition logs in %.2fs", len(found), time.monotonic() - started)
+
+    async def _load_deferred_logs(self) -> None:
+        """Read the logs whose open was deferred (clean at start) in short slices while the
+        broker serves: a log used first is read then, the rest here, so retention, rolls and
+        the tail check of every log run soon after a start without delaying it."""
+        pending = self.logs.deferred()
+        if not pending:
+            return
+        started, total = time.monotonic(), len(pending)
+        pending.reverse()  # taken from the end: in the order they were found
+        while pending:
+            await asyncio.sleep(DEFERRED_PAUSE_S)
+            self.logs.load_deferred(DEFERRED_SLICE_S, pending)
+        log.info("read the %d partition logs deferred at start in %.1fs", total,
+                 time.monotonic() - started)
 
     async def start(self) -> None:
         """Join the cluster: replay the metadata log, register, catch up, publish, get unfenced."""
@@ -190,6 +211,9 @@ class BrokerCore:
         if not await self.link.wait_unfenced(UNFENCE_TIMEOUT_S):
             log.warning("broker %d is still fenced after %.0fs; is the active controller "
                         "reachable?", self.config.broker_id, UNFENCE_TIMEOUT_S)
+        if not self._stopped:
+            self._loader = spawn("deferred-log-loader", self._load_deferred_logs,
+                                 restartable=False)
         self.metrics.info.info({"broker_id": str(self.config.broker_id),
                                 "cluster_id": self.metadata.cluster_id, "version": _version()})
 
@@ -211,7 +235,7 @@ class BrokerCore:
             await self.link.propose(command)
         for (topic, _), plog in self.logs.partitions().items():
             if topic in counts:
-                write_topic_id(plog.directory, self.link.image.topics[topic].topic_id)
+                plog.write_topic_id(self.link.image.topics[topic].topic_id)
 
     async def leave(self) -> None:
         """Controlled shutdown while still serving: the controller moves leadership away."""
@@ -222,6 +246,8 @@ class BrokerCore:
         if self._stopped:
             return
         self._stopped = True
+        if self._loader is not None:
+            await cancel_and_wait([self._loader])
         await self.groups.stop()
         await self.publisher.stop()
         self.replicas.waiters.close()

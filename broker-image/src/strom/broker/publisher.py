@@ -22,7 +22,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from strom.controller.metadata import MetadataImage, TopicState
 from strom.replication.manager import ReplicaManager
@@ -34,7 +33,6 @@ from strom.supervision import spawn
 
 log = logging.getLogger("strom.broker.publisher")
 
-PARTITION_METADATA = "partition.metadata"
 THROTTLE_KEY = "replication.throttled.rate"
 SLICE_S = 0.02
 """Longest stretch of publishing between two yields to the event loop."""
@@ -232,9 +230,8 @@ class MetadataPublisher:
         self._replicas.apply_partition(view, config)
         self._maybe_leadership_changed(tp, old, view)
         plog = self._replicas.get(*tp)
-        if old is None and plog is not None and (
-                not existed or read_topic_id(plog.directory) is None):
-            write_topic_id(plog.directory, topic.topic_id)
+        if old is None and plog is not None and not existed:  # an existing log's id file was
+            plog.write_topic_id(topic.topic_id)  # an existing log's was checked just above
         self._published[tp] = view
         self._published_topic_ids[tp] = topic.topic_id
         self._published_by_topic.setdefault(tp[0], set()).add(tp[1])
@@ -281,9 +278,9 @@ class MetadataPublisher:
         plog = self._logs.get(*tp)
         if plog is None:
             return
-        stored = read_topic_id(plog.directory)
+        stored = plog.topic_id  # read when the log opened
         if stored is None:
-            write_topic_id(plog.directory, topic_id)
+            plog.write_topic_id(topic_id)
         elif stored != topic_id:
             self._set_aside(tp, stored)
 
@@ -308,7 +305,7 @@ class MetadataPublisher:
             plog = self._logs.get(*tp)
             if plog is None:
                 continue
-            stored = read_topic_id(plog.directory)
+            stored = plog.topic_id
             topic = image.topics.get(tp[0])
             if topic is not None and stored == topic.topic_id:
                 log.info("%s-%d is no longer assigned to this broker; deleting its log", *tp)
@@ -316,18 +313,3 @@ class MetadataPublisher:
             else:
                 self._set_aside(tp, stored or "unknown")
 
-
-def read_topic_id(directory: Path) -> str | None:
-    try:
-        for line in (directory / PARTITION_METADATA).read_text(encoding="utf-8").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "topic_id":
-                return value.strip()
-    except OSError:
-        return None
-    return None
-
-
-def write_topic_id(directory: Path, topic_id: str) -> None:
-    (directory / PARTITION_METADATA).write_text(f"version: 0\ntopic_id: {topic_id}\n",
-                                                encoding="utf-8")

@@ -12,6 +12,13 @@ flush, a checkpoint, a producer snapshot and a marker per partition), so ``load_
 ``num.recovery.threads.per.data.dir`` does: ``fsync`` releases the GIL and the disk merges
 concurrent flushes.
 
+With ``defer``, ``load_all`` opens a cleanly shut down log by reading only its checkpoint (log
+start, log end, high watermark: what a partition needs to lead); its segments are read on first
+use or by :meth:`LogManager.load_deferred`, which the broker runs in short slices once it
+serves. Logs that were not shut down cleanly are recovered at once, so a restart after kill -9
+recovers only what lies past a recovery point (issue 21 item 5: 10,000 clean partitions took
+7.8 s to open before the broker could serve).
+
 Deleting a partition first renames its directory to ``<topic>-<partition>.<n>.deleting`` (which
 ``load_all`` never mistakes for a partition, and removes if a crash left it) and then removes it.
 """
@@ -136,16 +143,18 @@ class LogManager:
             self.io_error(plog, OSError(plog.offline))
         return plog
 
-    def load_all(self, topic_configs: Mapping[str, LogConfig] | None = None
-                 ) -> dict[tuple[str, int], PartitionLog]:
-        """Open (and recover) every partition found in the log directories."""
+    def load_all(self, topic_configs: Mapping[str, LogConfig] | None = None, *,
+                 defer: bool = False) -> dict[tuple[str, int], PartitionLog]:
+        """Open (and recover) every partition found in the log directories; ``defer``: leave
+        the reading of cleanly shut down logs to their first use or :meth:`load_deferred`."""
         found: list[tuple[Path, str, int]] = []
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._probe(log_dir)
-            for path in sorted(log_dir.iterdir()):
-                if not path.is_dir():
-                    continue
+            with os.scandir(log_dir) as entries:  # the file type comes with the listing
+                dirs = sorted(e.name for e in entries if e.is_dir())
+            for name in dirs:
+                path = log_dir / name
                 if path.name.endswith(_DELETING_SUFFIX):
                     shutil.rmtree(path, ignore_errors=True)
                     continue
@@ -165,7 +174,8 @@ class LogManager:
             config = (topic_configs or {}).get(topic, self.default_config)
             return PartitionLog.open(path, config, topic=topic, partition=partition,
                                      clock=self._clock,
-                                     producer_id_expiration_ms=self.producer_id_expiration_ms)
+                                     producer_id_expiration_ms=self.producer_id_expiration_ms,
+                                     defer=defer)
 
         for done, plog in enumerate(self._in_parallel(open_one, found), start=1):
             self._logs[(plog.topic, plog.partition)] = self._adopt(plog)
@@ -173,7 +183,31 @@ class LogManager:
             if now - last_report > _PROGRESS_SECONDS or done == len(found):
                 last_report = now
                 log.info("recovered %d/%d partitions (%.1fs)", done, len(found), now - started)
+        deferred = sum(1 for plog in self._logs.values() if not plog.loaded)
+        if deferred:
+            log.info("%d cleanly shut down partition logs are read on first use or in the "
+                     "background", deferred)
         return dict(self._logs)
+
+    def deferred(self) -> list[PartitionLog]:
+        """Logs whose segments have not been read yet (deferred opens)."""
+        return [plog for plog in self._logs.values() if not plog.loaded]
+
+    def load_deferred(self, budget_s: float, pending: list[PartitionLog]) -> None:
+        """Finish deferred opens from the end of ``pending`` (taking them off it) for about
+        ``budget_s`` seconds. A log that fails to load takes its directory offline, as any
+        I/O error does."""
+        deadline = time.monotonic() + budget_s
+        while pending:
+            plog = pending.pop()
+            if plog.loaded or self._logs.get((plog.topic, plog.partition)) is not plog:
+                continue
+            try:
+                plog.load()
+            except StromError as err:  # the log told the manager (its directory is offline)
+                log.error("%s", err.message)
+            if time.monotonic() >= deadline:
+                return
 
     def create(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
         """Create (or return the existing) log, on the directory with the fewest partitions."""
@@ -271,5 +305,9 @@ class LogManager:
         if threads <= 1:
             yield from map(work, items)
             return
+        # in chunks: a deferred open costs less than handing one item to a thread
+        size = max(1, min(64, len(items) // (threads * 4)))
+        chunks = [items[i:i + size] for i in range(0, len(items), size)]
         with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
-            yield from pool.map(work, items)
+            for results in pool.map(lambda chunk: [work(item) for item in chunk], chunks):
+                yield from results

@@ -50,6 +50,7 @@ def kafka_connector_jars() -> list[Path]:
 
 
 @pytest.fixture(scope="session")
+@starts_processes  # the Spark JVM (and its Python workers)
 def spark() -> Iterator[Any]:
     from strom_spark.java import in_ci, java_missing
 

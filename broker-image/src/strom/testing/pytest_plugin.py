@@ -127,8 +127,9 @@ def suffix_group_ids(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                         for m in item.iter_markers(GROUP_MARKER)})
-        if names and "@" not in item.nodeid.rpartition("]")[2].rpartition("::")[2]:
-            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+        suffix = f"@{'_'.join(names)}"
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.hookimpl(tryfirst=True)

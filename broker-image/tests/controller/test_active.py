@@ -35,6 +35,7 @@ from strom.controller.raftlog import MemoryRaftLog
 from strom.controller.transport import OnReply
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import quorum_pb2
+from strom.testing.waits import async_wait_until
 
 SESSION_MS = 1000
 REBALANCE_MS = 5000
@@ -94,10 +95,16 @@ class Cluster:
                                        probe=probe or Ports())
         self.epochs: dict[int, int] = {}
         self.incarnations: dict[int, str] = {}
+        self.ticking = True
+        """The controller's own background ticker runs (else only the test's ``run_once``)."""
 
-    async def start(self) -> None:
+    async def start(self, *, ticker: bool = True) -> None:
+        """``ticker=False``: the controller ticks only when the test calls ``run_once`` (or
+        :meth:`until`), so nothing is decided between two steps of the test."""
+        self.ticking = ticker
         await self.driver.start()
-        await self.active.start()
+        if ticker:
+            await self.active.start()
         await self.until(lambda i: self.active.active, "the controller to become active")
 
     async def stop(self) -> None:
@@ -154,6 +161,8 @@ class Cluster:
         while not predicate(self.image):
             if loop.time() > deadline:
                 raise AssertionError(f"timed out waiting for {what}")
+            if not self.ticking:
+                await self.active.run_once()
             await asyncio.sleep(0.01)
 
     def leader(self, topic: str, partition: int = 0) -> int:
@@ -415,17 +424,22 @@ async def test_a_heartbeat_after_the_probe_began_cancels_its_verdict() -> None:
     ports = Ports()
     ports.refusing.add(9092)
     c = Cluster(MemoryRaftLog(), Clock(), probe=ports, probe_after_ms=SESSION_MS // 4)
-    await c.start()
+    # no background ticker: a tick between the probe's end and the heartbeat would read its
+    # verdict and fence (and the heartbeat would unfence again, hiding a broken cancel)
+    await c.start(ticker=False)
     try:
         await c.live(0)
         c.clock.now += 0.3
-        await c.active.run_once()  # the probe starts (it would say "refused")
-        await asyncio.sleep(0.01)
-        assert ports.asked == [9092]
-        await c.heartbeat(0)  # ... but the broker (a restarted incarnation) heart-beats
-        await asyncio.sleep(0.01)
+        await c.active.run_once()  # the probe starts in the background
+        await async_wait_until(lambda: ports.asked == [9092], 5.0, what="the probe of 9092")
+        # its verdict, "refused", is ready for the next tick ...
+        assert await c.heartbeat(0) == (False, False)  # ... but the broker heart-beats first
+        c.clock.now += 0.3  # and is late again by that tick: due for a probe, a new one
         await c.active.run_once()
-        assert not c.image.brokers[0].fenced
+        assert not c.image.brokers[0].fenced, "fenced on a verdict older than its heartbeat"
+        await async_wait_until(lambda: ports.asked == [9092, 9092], 5.0,
+                               what="a second probe of 9092")
+        await c.until(lambda i: i.brokers[0].fenced, "broker 0 fenced on the new verdict")
     finally:
         await c.stop()
 

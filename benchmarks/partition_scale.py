@@ -15,7 +15,9 @@ sender scanned every partition on each wake-up; creation was quadratic and fence
 
 Run alone: ``uv run --all-packages python -m benchmarks.partition_scale [--records N]
 [--counts 10,100,1000] [--png PATH] [--json PATH]``; ``python -m benchmarks --only
-partition-scale`` runs it as a section of the suite (table + JSON).
+partition-scale`` runs it as a section of the suite (table + JSON). ``--keyed-only
+--counts 10,1000`` measures item 1 alone: keyed produce and consume with Strom's client and with
+confluent-kafka on the Kafka listener, one broker, median of ``--repeats``.
 """
 
 from __future__ import annotations
@@ -132,6 +134,102 @@ def produce_keyed(bootstrap: str, topic: str, records: int, value_size: int = 10
     finally:
         producer.close()
     return sw.Throughput(records, elapsed, records * value_size)
+
+
+def produce_keyed_kafka(bootstrap: str, topic: str, records: int, value_size: int = 100,
+                        acks: int = 1) -> sw.Throughput:
+    """As ``produce_keyed`` with confluent-kafka (librdkafka) against the broker's Kafka
+    listener, librdkafka's defaults apart from ``acks`` (its default partitioner hashes the
+    key, so distinct keys spread over every partition)."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    value = os.urandom(value_size)
+    keys = [b"key-%d" % i for i in range(records)]
+    errors: list[str] = []
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "acks": acks,
+                              "error_cb": lambda err: errors.append(str(err))})
+    send = producer.produce
+    start = time.perf_counter()
+    for key in keys:
+        while True:
+            try:
+                send(topic, value, key)
+                break
+            except BufferError:  # librdkafka's local queue is full: let it drain
+                producer.poll(0.01)
+    left = producer.flush(300)
+    elapsed = time.perf_counter() - start
+    if left or errors:
+        raise RuntimeError(f"{left} record(s) undelivered after the flush; errors: {errors[:3]}")
+    return sw.Throughput(records, elapsed, records * value_size)
+
+
+@dataclass
+class KeyedRow:
+    """Keyed produce and catch-up consume of the same records over N partitions, one client."""
+
+    client: str
+    partitions: int
+    produce_rps: float
+    consume_rps: float
+    produce_client_cpu_s: float = 0.0
+    """The client process's CPU seconds (user + system, every thread) during the produce."""
+    produce_broker_cpu_s: float = 0.0
+    """The broker's CPU seconds during the produce: with the client's, what the produce costs
+    whatever else runs on the machine (rates on a shared machine follow the load)."""
+
+
+def measure_keyed(counts: list[int], records: int, repeats: int = 3,
+                  progress: object = print) -> list[KeyedRow]:
+    """Item 1 alone: on ONE broker, keyed produce then consume of ``records`` over topics of
+    each N, with Strom's client on the gRPC port and confluent-kafka on the Kafka listener,
+    alternating N within each repeat so every N sees the same load; median of ``repeats``
+    (each on a fresh topic)."""
+    from benchmarks import kafka_workloads as kw
+    from strom.testing import running_broker
+
+    say = progress if callable(progress) else print
+    runs: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="strom-bench-keyed-") as tmp, \
+            running_broker(Path(tmp), startup_timeout=600) as broker:
+        for rep in range(repeats):
+            for n in counts:
+                for client in ("strom", "confluent-kafka"):
+                    topic = f"keyed-{client}-{n}-{rep}"
+                    create_topic(broker.bootstrap, topic, n)
+                    time.sleep(0.5)  # let every partition's log open
+                    own, theirs = time.process_time(), cpu_seconds(broker.pid)
+                    if client == "strom":
+                        p = produce_keyed(broker.bootstrap, topic, records)
+                    else:
+                        p = produce_keyed_kafka(broker.kafka_bootstrap, topic, records)
+                    own, theirs = time.process_time() - own, cpu_seconds(broker.pid) - theirs
+                    if client == "strom":
+                        c = sw.consume_all(broker.bootstrap, topic, n, records, 100)
+                    else:
+                        c = kw.consume_all(broker.kafka_bootstrap, topic, n, records, 100)
+                    runs.setdefault((client, n), []).append(
+                        (p.records_per_s, c.records_per_s, own, theirs))
+                    say(f"keyed: {client} {n:,} partitions run {rep + 1}: produce "
+                        f"{p.records_per_s:,.0f} rec/s (CPU client {own:.2f} s, broker "
+                        f"{theirs:.2f} s), consume {c.records_per_s:,.0f} rec/s "
+                        f"(load {os.getloadavg()[0]:.1f})")
+    return [KeyedRow(client, n, *(statistics.median(r[i] for r in rs) for i in range(4)))
+            for (client, n), rs in runs.items()]
+
+
+def format_keyed(rows: list[KeyedRow]) -> str:
+    lines = ["| client | partitions | keyed produce rec/s | x first | produce CPU s client + "
+             "broker | consume rec/s | x first |",
+             "|---|---|---|---|---|---|---|"]
+    base: dict[str, KeyedRow] = {}
+    for r in sorted(rows, key=lambda r: (r.client, r.partitions)):
+        b = base.setdefault(r.client, r)
+        lines.append(f"| {r.client} | {r.partitions:,} | {r.produce_rps:,.0f} | "
+                     f"{r.produce_rps / b.produce_rps:.2f} | {r.produce_client_cpu_s:.2f} + "
+                     f"{r.produce_broker_cpu_s:.2f} | {r.consume_rps:,.0f} | "
+                     f"{r.consume_rps / b.consume_rps:.2f} |")
+    return "\n".join(lines)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> float:
@@ -260,7 +358,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--png", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None,
                         help="write the points (and the load average) as JSON here")
+    parser.add_argument("--keyed-only", action="store_true",
+                        help="only keyed produce and consume over each N, Strom's client and "
+                             "confluent-kafka on the Kafka listener, one broker, median of "
+                             "--repeats")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.keyed_only:
+        rows = measure_keyed([int(c) for c in args.counts.split(",")], args.records,
+                             args.repeats)
+        print(format_keyed(rows))
+        if args.json is not None:
+            args.json.write_text(json.dumps({
+                "records": args.records, "cores": os.cpu_count(), "repeats": args.repeats,
+                "load_avg_end": os.getloadavg(), "rows": [asdict(r) for r in rows]},
+                indent=2) + "\n")
+        return 0
     points = measure([int(c) for c in args.counts.split(",")], args.records)
     print(format_points(points))
     if args.json is not None:

@@ -9,8 +9,10 @@ acks=0 is still answered (gRPC is request/response); the client simply does not 
 acks value fails the whole request with INVALID_REQUIRED_ACKS; a negative ``timeout_ms`` is
 INVALID_REQUEST.
 
-Partitions of one request are served concurrently, so one partition waiting for its followers
-does not hold up the others. Per partition, every batch is validated before anything is written:
+With acks=-1 the partitions of one request are served concurrently, so one partition waiting for
+its followers does not hold up the others; with acks 0 and 1 nothing waits, so they are appended
+one after the other in the request's own task, not a task each (issue 21: a thousand partitions a
+request). Per partition, every batch is validated before anything is written:
 its header (magic 2, lengths, CRC-32C, ``max.message.bytes``) and every record in it, decoded and
 decompressed (:mod:`strom.protocol.validation`, Kafka's LogValidator: counts, offset deltas,
 lengths, timestamps, control/transactional flags, producer fields). UNKNOWN_TOPIC_OR_PARTITION,
@@ -55,12 +57,35 @@ async def handle(core: BrokerCore, request: ProduceRequestLike) -> broker_pb2.Pr
     timeout_ms = request.timeout_ms or DEFAULT_TIMEOUT_MS
     response = broker_pb2.ProduceResponse()
     outs = [_new_out(response, data) for data in request.partitions]
-    if len(outs) == 1:
-        await _produce_one(core, request.partitions[0], request.acks, timeout_ms, outs[0])
+    results: list[AppendResult | None]
+    if request.acks != -1 or len(outs) == 1:
+        # nothing waits for followers: each partition's append runs to the end without
+        # suspending (bar an auto-creation), so one after the other, without a task each
+        results = [await _produce_one(core, data, request.acks, timeout_ms, out)
+                   for data, out in zip(request.partitions, outs, strict=True)]
     else:
-        await asyncio.gather(*(_produce_one(core, data, request.acks, timeout_ms, out)
-                               for data, out in zip(request.partitions, outs, strict=True)))
+        results = await asyncio.gather(*(_produce_one(core, data, request.acks, timeout_ms, out)
+                                         for data, out in zip(request.partitions, outs,
+                                                              strict=True)))
+    _count(core.metrics, request.partitions, results)
     return response
+
+
+def _count(metrics: BrokerMetrics, partitions: Sequence[PartitionDataLike],
+           results: Sequence[AppendResult | None]) -> None:
+    """Bytes and messages in, once per topic of the request, not a labelled counter lookup
+    per partition (issue 21: a thousand partitions a request)."""
+    totals: dict[str, list[int]] = {}
+    for data, result in zip(partitions, results, strict=True):
+        if result is not None:
+            total = totals.get(data.topic)
+            if total is None:
+                total = totals[data.topic] = [0, 0]
+            total[0] += result.size_bytes
+            total[1] += result.record_count
+    for topic, (size, count) in totals.items():
+        metrics.bytes_in.labels(topic).inc(size)
+        metrics.messages_in.labels(topic).inc(count)
 
 
 async def handle_run(core: BrokerCore, requests: Sequence[ProduceRequestLike]
@@ -164,7 +189,9 @@ async def _target(core: BrokerCore, topic: str, partition: int) -> LogConfig:
 
 
 async def _produce_one(core: BrokerCore, data: PartitionDataLike, acks: int,
-                       timeout_ms: int, out: broker_pb2.PartitionProduceResponse) -> None:
+                       timeout_ms: int, out: broker_pb2.PartitionProduceResponse
+                       ) -> AppendResult | None:
+    """Append one partition's records and fill ``out``; the append's result, None if failed."""
     metrics = core.metrics
     try:
         config = await _target(core, data.topic, data.partition)
@@ -175,22 +202,16 @@ async def _produce_one(core: BrokerCore, data: PartitionDataLike, acks: int,
         if err.code == ErrorCode.KAFKA_STORAGE_ERROR:
             _log.warning(f"storage {data.topic}", "produce to %s-%d failed: %s", data.topic,
                          data.partition, err.message)
-        return
+        return None
     except Exception as exc:  # one partition's surprise never fails the others
         _log.error(f"unexpected {type(exc).__name__}", "produce to %s-%d failed unexpectedly",
                    data.topic, data.partition, exc_info=True)
         _fail(out, StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
                               f"{type(exc).__name__}: {exc}; see the broker log"), metrics)
-        return
-    _appended(core, data.topic, data.partition, result, out)
-
-
-def _appended(core: BrokerCore, topic: str, partition: int, result: AppendResult,
-              out: broker_pb2.PartitionProduceResponse) -> None:
-    plog = core.replicas.get(topic, partition)
+        return None
+    plog = core.replicas.get(data.topic, data.partition)
     _set_result(out, result, plog.log_start_offset if plog is not None else 0)
-    core.metrics.bytes_in.labels(topic).inc(result.size_bytes)
-    core.metrics.messages_in.labels(topic).inc(result.record_count)
+    return result
 
 
 def _set_result(out: broker_pb2.PartitionProduceResponse, result: AppendResult,

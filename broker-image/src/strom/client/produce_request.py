@@ -24,16 +24,21 @@ _PARTITION = b"\x10"
 _RECORDS = b"\x1a"
 
 
-def _partition_header(topic: bytes, partition: int, records_len: int) -> bytes:
-    """PartitionProduceData's bytes before its records (the records follow as they are)."""
-    head = b""
-    if topic:
-        head += _TOPIC + varint(len(topic)) + topic
-    if partition:
-        head += _PARTITION + varint(partition)
-    if records_len:
-        head += _RECORDS + varint(records_len)
-    return head
+_ONE_BYTE = [bytes((i,)) for i in range(128)]
+
+
+def _uvarint(value: int) -> bytes:
+    """``varint`` of a non-negative value, with the one- and two-byte cases (partition
+    numbers, batch lengths) inline: a request carries a thousand partitions (issue 21)."""
+    if value < 128:
+        return _ONE_BYTE[value]
+    if value < 16384:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    return varint(value)
+
+
+def _topic_field(topic: bytes) -> bytes:
+    return _TOPIC + _uvarint(len(topic)) + topic if topic else b""
 
 
 def encode_produce_request(acks: int, timeout_ms: int,
@@ -44,10 +49,19 @@ def encode_produce_request(acks: int, timeout_ms: int,
         parts.append(_ACKS + varint(acks))
     if timeout_ms:
         parts.append(_TIMEOUT + varint(timeout_ms))
+    topics: dict[str, bytes] = {}  # topic -> its field's bytes, encoded once per request
+    append = parts.append
     for topic, partition, records in partitions:
         size = len(records) if not isinstance(records, memoryview) else records.nbytes
-        head = _partition_header(topic.encode(), partition, size)
-        parts.append(_PARTITIONS + varint(len(head) + size) + head)
+        head = topics.get(topic)
+        if head is None:
+            head = topics[topic] = _topic_field(topic.encode())
+        if partition:
+            head += _PARTITION + _uvarint(partition)
         if size:
-            parts.append(records)
+            head += _RECORDS + _uvarint(size)
+            append(_PARTITIONS + _uvarint(len(head) + size) + head)
+            append(records)
+        else:
+            append(_PARTITIONS + _uvarint(len(head)) + head)
     return b"".join(parts)

@@ -5,7 +5,10 @@ not include a full ``concurrent.futures.Future`` (its ``threading.Condition`` al
 ``RecordFuture`` is a real ``Future`` subclass — ``wait()``/``as_completed()``/callbacks work — but
 all records of a batch share the batch's condition, and its ``RecordMetadata`` is built only when
 asked for (kafka-python and librdkafka do the same: per-batch completion, lazy record metadata).
-The sender completes a whole batch under the shared condition and notifies once.
+The sender completes a whole batch under the shared condition and notifies once. The condition
+itself is made only when a future is first waited on or watched: most batches' futures never
+are, and a ``threading.Condition`` per batch was a tenth of the sender's CPU with a thousand
+partitions of small batches (issue 21).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from strom.client.models import RecordMetadata, TopicPartition, record_metadata
 from strom.protocol.records import BatchBuilder
 
 DeliveryCallback = Callable[[RecordMetadata | None, BaseException | None], None]
+
+#: Makes a batch's condition at most once when two threads ask for it together.
+_CONDITION_LOCK = threading.Lock()
 
 
 class RecordFuture(Future[RecordMetadata]):
@@ -41,7 +47,7 @@ class RecordFuture(Future[RecordMetadata]):
     # The attributes Future's own methods (and wait()/as_completed()) use, derived from the batch.
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
-        return self._meta[0].condition
+        return self._meta[0].waitable()
 
     @property
     def _state(self) -> str:  # type: ignore[override]
@@ -64,7 +70,7 @@ class RecordFuture(Future[RecordMetadata]):
             self.__dict__.get("_w")
         if w is None:
             batch = self._meta[0]
-            with batch.condition:
+            with batch.waitable():
                 w = self.__dict__["_w"] = ([], [])
                 if batch.watched is None:
                     batch.watched = []
@@ -73,7 +79,7 @@ class RecordFuture(Future[RecordMetadata]):
 
     def add_done_callback(self, fn: Callable[[Future[RecordMetadata]], object]) -> None:
         batch = self._meta[0]
-        with batch.condition:
+        with batch.waitable():
             if not batch.done:
                 self._done_callbacks.append(fn)
                 return
@@ -111,7 +117,8 @@ class ProducerBatch:
         self.builder = builder
         self.created_ms = created_ms
         self.reserved = reserved  # bytes of buffer_memory held until completion
-        self.condition = threading.Condition()  # reentrant: wait() locks futures one by one
+        #: made by ``waitable()`` once a future waits (reentrant: wait() locks futures one by one)
+        self.condition: threading.Condition | None = None
         self.watched: list[RecordFuture] | None = None  # futures with waiters or callbacks
         # the async producer's: (index, timestamp, key_size, value_size, asyncio.Future)
         self.async_futures: list[tuple[int, int, int, int, Any]] | None = None
@@ -134,6 +141,18 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.base_sequence = -1
         self.restamp = False  # refused unwritten: resend under the producer's new epoch
+
+    def waitable(self) -> threading.Condition:
+        """The condition futures wait on, made on first use. ``complete()`` sets ``done`` before
+        it looks for the condition, so a waiter that makes it too late for the notify finds
+        ``done`` already set when it checks under it."""
+        cond = self.condition
+        if cond is None:
+            with _CONDITION_LOCK:
+                cond = self.condition
+                if cond is None:
+                    cond = self.condition = threading.Condition()
+        return cond
 
     @property
     def record_count(self) -> int:
@@ -166,10 +185,13 @@ class ProducerBatch:
         self.base_offset = base_offset
         self.log_append_time = log_append_time
         self.error = error
-        with self.condition:
-            self.done = True
-            watched = self.watched
-            self.condition.notify_all()
+        self.done = True
+        cond = self.condition
+        watched = None
+        if cond is not None:
+            with cond:
+                watched = self.watched
+                cond.notify_all()
         if watched:
             for f in watched:
                 waiters, callbacks = f._watch()

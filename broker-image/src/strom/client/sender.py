@@ -312,8 +312,8 @@ class ProducerCore:
                 acc.mark_full(batch)
         size = self.settings.batch_size  # what the caller reserved, if it did
         if not reserved:
-            size = acc.batch_capacity()
-            if not acc.try_reserve(size):
+            size = acc.reserve_batch()
+            if not size:
                 raise BufferFull
         batch, wake = acc.start_batch(tp, now_ms(), size)
         batch.builder.try_append(key, value, ts, hdrs)
@@ -512,6 +512,9 @@ class ProducerCore:
                     self._failed(b, moved, node)
                 return
             results = {(p.topic, p.partition): p for p in response.partitions}
+            # the acknowledged batches give their memory back and unmute their partitions
+            # under one lock for the whole response, not one each (issue 21)
+            acknowledged: list[ProducerBatch] = []
             for b in batches:
                 r = results.get((b.tp.topic, b.tp.partition))
                 if r is None:
@@ -524,8 +527,10 @@ class ProducerCore:
                     else:
                         self._failed(b, StromError(code, r.error_message
                                                    or f"produce to {b.tp} failed"), node)
-                else:
-                    self._finish(b, r.base_offset, r.log_append_time_ms, None)
+                elif self._finish(b, r.base_offset, r.log_append_time_ms, None, release=False):
+                    acknowledged.append(b)
+            if acknowledged:
+                self.acc.finished_many(acknowledged)
         finally:
             self._calls.discard(entry)
             self.in_flight[node] -= 1
@@ -568,16 +573,19 @@ class ProducerCore:
         self._finish(batch, -1, -1, err)
 
     def _finish(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
-                error: BaseException | None) -> None:
+                error: BaseException | None, *, release: bool = True) -> bool:
+        """Complete ``batch`` (False if it already was); ``release=False``: the caller gives
+        its memory back with ``acc.finished_many``."""
         if batch.done:
-            return
+            return False
         if (error is not None and batch.producer_id == self.producer_id >= 0
                 and batch.producer_epoch == self.producer_epoch and not batch.restamp):
             # the batch had sequence numbers and will never be written: the partition's
             # sequence now has a gap the broker would refuse, so start a new epoch
             self._bump_needed = True
         batch.complete(base_offset, log_append_time, error)
-        self.acc.finished(batch)
+        if release:
+            self.acc.finished(batch)
         hot = self.sticky_open.get(batch.tp.topic)
         if hot is not None and hot[0] is batch:  # do not keep a finished batch's bytes alive
             self.sticky_open.pop(batch.tp.topic, None)
@@ -592,6 +600,7 @@ class ProducerCore:
                 elif not fut.done():
                     fut.set_result(None)
             self._flush_waiters = still
+        return True
 
     # --- idempotence (on the loop) -------------------------------------------------------
     def _stamp(self, batch: ProducerBatch) -> None:

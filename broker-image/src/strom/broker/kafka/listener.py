@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +88,8 @@ class KafkaListener:
         self.port = 0
         self.max_request_bytes = config.max_message_size
         self.idle_s = int(config.get("connections.max.idle.ms")) / 1000.0
+        self.buffers = {socket.SO_RCVBUF: int(config.get("socket.receive.buffer.bytes")),
+                        socket.SO_SNDBUF: int(config.get("socket.send.buffer.bytes"))}
         self.core: BrokerCore | None = None
         self.fetch_sessions = FetchSessionCache()
         self._server: asyncio.Server | None = None
@@ -96,6 +99,10 @@ class KafkaListener:
         self._server = await asyncio.start_server(
             self._serve, self.host, self.requested_port, start_serving=False,
             reuse_address=True)
+        for sock in self._server.sockets:  # accepted sockets inherit them (and the TCP window
+            for option, size in self.buffers.items():  # scale is chosen for them), as Kafka's
+                if size >= 0:  # Acceptor sets the server socket's receive buffer
+                    sock.setsockopt(socket.SOL_SOCKET, option, size)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
 

@@ -48,14 +48,11 @@ def view_of(name: str, index: int, topic: TopicState) -> PartitionView:
                          tuple(p.removing_replicas), tuple(p.offline_replicas))
 
 
-def hosted_views(image: MetadataImage, broker_id: int) -> dict[TopicPartition, PartitionView]:
-    """Every partition whose replica list includes ``broker_id`` (pure)."""
-    out: dict[TopicPartition, PartitionView] = {}
-    for name, topic in image.topics.items():
-        for index, p in topic.partitions.items():
-            if broker_id in p.replicas:
-                out[(name, index)] = view_of(name, index, topic)
-    return out
+def hosted(image: MetadataImage, broker_id: int) -> set[TopicPartition]:
+    """Every partition whose replica list includes ``broker_id`` (pure; no view is built:
+    this runs over every partition at a restart)."""
+    return {(name, index) for name, topic in image.topics.items()
+            for index, p in topic.partitions.items() if broker_id in p.replicas}
 
 
 def throttle_of(image: MetadataImage) -> int:
@@ -148,7 +145,7 @@ class MetadataPublisher:
             self._run_started, self._run_count = time.monotonic(), 0
         pending = self._pending
         if full:
-            for tp in hosted_views(image, self.broker_id):
+            for tp in sorted(hosted(image, self.broker_id)):
                 pending[tp] = None
             for tp in self._published:
                 pending[tp] = None
@@ -298,7 +295,7 @@ class MetadataPublisher:
 
     def _sweep_strays(self, image: MetadataImage) -> None:
         """Logs on disk that the caught-up image does not place here."""
-        wanted = hosted_views(image, self.broker_id)
+        wanted = hosted(image, self.broker_id)
         for tp in list(self._logs.partitions()):
             if tp in wanted:
                 continue

@@ -50,10 +50,11 @@ def write_values(path: Path, values: Mapping[str, int]) -> None:
     write_atomic(path, "\n".join(lines) + "\n")
 
 
-def read_values(path: Path) -> dict[str, int] | None:
+def read_values(path: Path | str) -> dict[str, int] | None:
     """Read a file written by ``write_values``; None if it is missing or damaged."""
     try:
-        lines = path.read_text().splitlines()
+        with open(path, encoding="utf-8") as f:  # not pathlib: read per partition at start
+            lines = f.read().splitlines()
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:

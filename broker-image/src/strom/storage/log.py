@@ -163,22 +163,26 @@ class PartitionLog:
         check, epochs, producer state) on first use or from :meth:`load`. A broker with 10,000
         clean partitions spent 7.8 s opening them before it could serve (issue 21 item 5). A
         log that was not shut down cleanly is recovered at once whatever ``defer`` says."""
+        path = os.fspath(directory)  # os.path, not pathlib, below: done for every partition
+        existed = False
         try:
-            directory.mkdir(parents=True)
+            os.mkdir(path)
         except FileExistsError:
-            pass
-        else:
+            existed = True
+        except FileNotFoundError:  # the log directory itself is new
+            directory.mkdir(parents=True)
+        if not existed:
             return cls._create(directory, config, topic=topic, partition=partition, clock=clock,
                                producer_id_expiration_ms=producer_id_expiration_ms)
-        values = read_values(directory / RECOVERY_CHECKPOINT) if defer else None
-        if values is not None and os.path.exists(directory / CLEAN_SHUTDOWN):
+        values = read_values(os.path.join(path, RECOVERY_CHECKPOINT)) if defer else None
+        if values is not None and os.path.exists(os.path.join(path, CLEAN_SHUTDOWN)):
             self = cls._open_deferred(directory, config, topic=topic, partition=partition,
                                       clock=clock, values=values,
                                       producer_id_expiration_ms=producer_id_expiration_ms)
         else:
             self = cls._open_now(directory, config, topic=topic, partition=partition,
                                  clock=clock, producer_id_expiration_ms=producer_id_expiration_ms)
-        self.topic_id = partition_metadata.read_topic_id(directory)
+        self.topic_id = partition_metadata.read_topic_id(path)
         return self
 
     @classmethod
@@ -191,7 +195,7 @@ class PartitionLog:
         hw = min(max(hw_value, log_start), end) if hw_value >= 0 else None
         self = cls(directory, config, topic=topic, partition=partition, clock=clock,
                    segments=[], log_start_offset=log_start, high_watermark=hw,
-                   epochs=LeaderEpochCache(directory / EPOCH_FILE))
+                   epochs=LeaderEpochCache(directory))  # unused: load() reads the real one
         self._end = self._recovery_point = end
         self._deferred = _Deferred(producer_id_expiration_ms)
         self._touched, self._marker_kept = False, True

@@ -10,14 +10,17 @@ publishing 10,000 partitions at a restart reads no file per partition on the eve
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PARTITION_METADATA = "partition.metadata"
 
 
-def read_topic_id(directory: Path) -> str | None:
-    try:
-        for line in (directory / PARTITION_METADATA).read_text(encoding="utf-8").splitlines():
+def read_topic_id(directory: Path | str) -> str | None:
+    try:  # os.path, not pathlib: read for every partition at start
+        with open(os.path.join(directory, PARTITION_METADATA), encoding="utf-8") as f:
+            text = f.read()
+        for line in text.splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "topic_id":
                 return value.strip()

@@ -200,3 +200,13 @@ def test_the_manager_defers_clean_logs_and_reads_the_rest_in_slices(
     for (_, p), plog in logs.items():
         assert _values(plog)[:2] == [b"v" * 20 + b"%d" % i for i in range(p, p + 2)]
     manager.close()
+
+
+def test_a_deferred_log_is_deleted_without_being_read(tmp_path: Path, clock: Clock) -> None:
+    path = tmp_path / "t-0"
+    _written(path, clock)
+    plog = _open(path, clock)
+    plog.close()  # unchanged: nothing written, nothing read
+    assert not plog.loaded and (path / CLEAN_SHUTDOWN).exists()
+    plog.delete()
+    assert not plog.loaded and not path.exists()

@@ -1019,7 +1019,7 @@ class PartitionLog:
     def delete(self) -> None:
         """Close the log and remove its directory."""
         if not self._closed:
-            for seg in self._segments:
+            for seg in self._segs:  # a deferred log has none open: not read just to go
                 seg.delete()
             self._closed = True
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -13,31 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 from kafka import KafkaConsumer
+
+from strom.testing.compat import topic_with_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 #: Rebalances within seconds: heartbeats every 300 ms, the smallest session Kafka allows.
 FAST = {"heartbeat.interval.ms": 300, "session.timeout.ms": 6000}
-
-
-def topic_with_records(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + 30
-    while True:  # the topic's leaders may take a moment to appear in metadata
-        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
-        if meta is not None and meta.error is None and len(meta.partitions) == partitions:
-            break
-        assert time.monotonic() < deadline, f"{topic} not in metadata after 30 s"
-        time.sleep(0.1)
-    for p in range(partitions):
-        for i in range(per_partition):
-            producer.produce(topic, f"{p}-{i}".encode(), partition=p)
-    assert producer.flush(30) == 0
 
 
 def member(bootstrap: str, group: str, topic: str) -> Any:

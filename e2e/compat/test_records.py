@@ -14,34 +14,16 @@ from typing import Any
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     TIMESTAMP_CREATE_TIME,
     Consumer,
     KafkaError,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from strom.testing.compat import BASE_TS, create_topic, read_all, records_with_everything
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-BASE_TS = 1_700_000_000_000  # ms: explicit create times, so both servers store the same ones
-
-
-def create(bootstrap: str, topic: str, partitions: int = 1, **configs: str) -> None:
-    """No time-based retention: the records carry create times of 2023, which the 7-day
-    default would delete at the next retention check (Kafka: every 5 min)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1,
-                                  config={"retention.ms": "-1", **configs})])[topic].result(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
-        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
-                and all(p.leader >= 0 for p in meta.partitions.values()):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{topic}: no leader for every partition after 30 s")
 
 
 def produce(bootstrap: str, topic: str, records: list[dict[str, Any]],
@@ -61,52 +43,12 @@ def produce(bootstrap: str, topic: str, records: list[dict[str, Any]],
     return reports
 
 
-def read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[tuple[Any, ...]]:
-    """Every record of ``topic`` from the beginning, as (partition, offset, key, value,
-    headers, timestamp type, timestamp), sorted by partition and offset."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                         "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        got: list[tuple[Any, ...]] = []
-        deadline = time.monotonic() + 30
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            ts_type, ts = msg.timestamp()
-            got.append((msg.partition(), msg.offset(), msg.key(), msg.value(),
-                        msg.headers(), ts_type, ts))
-    finally:
-        consumer.close()
-    assert len(got) == count, f"read {len(got)} of {count} records"
-    return sorted(got, key=lambda r: (r[0], r[1]))
-
-
-def records_with_everything(n: int) -> list[dict[str, Any]]:
-    """Keys (some null), values (one empty, one null), headers (none, one, repeated keys, a
-    null value) and explicit timestamps, spread over three partitions by hand."""
-    out: list[dict[str, Any]] = []
-    for i in range(n):
-        record: dict[str, Any] = {
-            "partition": i % 3,
-            "key": None if i % 4 == 0 else f"k{i}".encode(),
-            "value": b"" if i == 5 else None if i == 7 else f"value-{i}".encode() * (1 + i % 3),
-            "timestamp": BASE_TS + 1000 * i,
-        }
-        if i % 3 == 1:
-            record["headers"] = [("h", f"{i}".encode()), ("h", b"again"), ("empty", None)]
-        out.append(record)
-    return out
-
-
 def test_produced_records_read_back_identically(pair: Any, name: Callable[[str], str]) -> None:
     topic = name("records")
     records = records_with_everything(30)
     seen = {}
     for server in pair.both():
-        create(server.bootstrap, topic, 3)
+        create_topic(server.bootstrap, topic, 3)
         reports = produce(server.bootstrap, topic, records)
         for p in range(3):  # within a partition, reports come in send order
             offsets = [o for q, o, _ in reports if q == p]
@@ -129,7 +71,7 @@ def test_idempotent_producer_offsets_and_order(pair: Any, name: Callable[[str], 
                for i in range(2000)]
     seen = {}
     for server in pair.both():
-        create(server.bootstrap, topic, 2)
+        create_topic(server.bootstrap, topic, 2)
         reports = produce(server.bootstrap, topic, records, **{
             "enable.idempotence": True, "acks": "all", "linger.ms": 2,
             "max.in.flight.requests.per.connection": 5, "batch.num.messages": 50})
@@ -150,7 +92,7 @@ def test_list_offsets_by_time_and_watermarks(pair: Any, name: Callable[[str], st
              BASE_TS + 30, BASE_TS + 31]
     seen = {}
     for server in pair.both():
-        create(server.bootstrap, topic, 1)
+        create_topic(server.bootstrap, topic, 1)
         produce(server.bootstrap, topic, [{"value": b"x", "timestamp": t} for t in times])
         consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "unused"})
         try:
@@ -172,7 +114,7 @@ def test_offset_out_of_range(pair: Any, name: Callable[[str], str], reset: str) 
     topic = name("oor")
     seen = {}
     for server in pair.both():
-        create(server.bootstrap, topic, 1)
+        create_topic(server.bootstrap, topic, 1)
         produce(server.bootstrap, topic, [{"value": f"{i}".encode()} for i in range(5)])
         consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": name("g"),
                              "auto.offset.reset": reset, "enable.auto.commit": False})

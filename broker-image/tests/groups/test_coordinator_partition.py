@@ -199,6 +199,31 @@ async def test_commit_validation() -> None:
     assert await part.commit("g", joined.member_id, 1, None, offsets) is ErrorCode.NONE
 
 
+async def test_a_refused_first_join_leaves_no_group_behind() -> None:
+    """Kafka creates no group for a JoinGroup it refuses (found by the aiokafka compat suite:
+    Strom listed an Empty group, and a later commit got UNKNOWN_MEMBER_ID, not Kafka's
+    ILLEGAL_GENERATION); a refused join of an existing group keeps that group."""
+    log, clock = FakeLog(), Clock()
+    part = make(log, clock)
+    short = replace(join(), session_timeout_ms=1)
+    refused = await part.handle("new", short)
+    assert isinstance(refused, JoinGroupResponse)
+    assert refused.error is ErrorCode.INVALID_SESSION_TIMEOUT
+    assert "new" not in part.groups
+    assert [g.group_id for g in part.listings()] == []
+    assert part.describe("new").state is GroupState.DEAD
+    offsets = {("t", 0): OffsetAndMetadata(3, 0)}
+    assert await part.commit("new", "m", 1, None, offsets) is ErrorCode.ILLEGAL_GENERATION
+    await stable_group(part)
+    again = await part.handle("g", short)
+    assert isinstance(again, JoinGroupResponse)
+    assert again.error is ErrorCode.INVALID_SESSION_TIMEOUT
+    assert part.describe("g").state is GroupState.STABLE
+    pending = await part.handle("other", join())  # MEMBER_ID_REQUIRED: the group stays
+    assert isinstance(pending, JoinGroupResponse)
+    assert pending.error is ErrorCode.MEMBER_ID_REQUIRED and "other" in part.groups
+
+
 async def test_reload_restores_offsets_and_the_generation() -> None:
     log, clock = FakeLog(), Clock()
     part = make(log, clock)

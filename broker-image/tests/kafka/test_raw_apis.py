@@ -93,6 +93,7 @@ def test_describe_configs_lists_synonyms_and_types_as_kafka(broker: BrokerProces
                                                       configuration_keys=keys),),
             include_synonyms=True, include_documentation=False),
             dc_resp.DescribeConfigsResponse)
+        assert (answer.results[0].error_code, answer.results[0].error_message) == (0, "")
         return {c.name: c for c in answer.results[0].configs}
 
     configs = describe(2, topic, ("retention.ms", "cleanup.policy"))

@@ -373,6 +373,12 @@ class Group:
             times.append(self._sync_deadline_ms)
         return min(times) if times else None
 
+    def is_unused(self) -> bool:
+        """No member, no member id handed out and no generation yet: what a group is after
+        the JoinGroup that created it was refused."""
+        return not self.members and not self._pending and self.generation == 0 \
+            and self.state is GroupState.EMPTY
+
     def validate_offset_commit(
         self,
         member_id: str,

@@ -228,6 +228,7 @@ class CoordinatorPartition:
         self.check_active()
         request_id = next(self._ids)
         group = self.groups.get(group_id)
+        created = group is None
         if group is None:
             if not isinstance(request, JoinGroup):
                 return error_response(request, request_id, ErrorCode.UNKNOWN_MEMBER_ID)
@@ -238,6 +239,10 @@ class CoordinatorPartition:
         self._waiting[request_id] = (future, request)
         try:
             self._process(group, group.handle(event, self._clock()))
+            if created and group.is_unused():
+                # The JoinGroup that would have created it was refused (a session timeout out
+                # of bounds, no protocols): as in Kafka, no group is left behind to be listed.
+                del self.groups[group_id]
             self._wake.set()
             return await future
         finally:

@@ -52,6 +52,7 @@ async def handle(ctx: Context) -> Any:
             for e in result.entries if keys is None or e.name in keys)
         results.append(ctx.build(
             "DescribeConfigsResult", error_code=code(result.error_code),
-            error_message=result.error_message or None, resource_type=r.resource_type,
+            # Kafka answers "" where there is nothing to say (its generated default), not null
+            error_message=result.error_message, resource_type=r.resource_type,
             resource_name=r.resource_name, configs=entries))
     return ctx.build("DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))

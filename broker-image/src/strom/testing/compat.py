@@ -1,0 +1,97 @@
+"""Steps the differential compatibility suite (``e2e/compat/``) shares between its client
+modules: creating a topic and waiting for its leaders, filling one, the record set with every
+field a record can carry, and reading a topic back as comparable tuples.
+
+Each scenario of the suite runs once against Apache Kafka and once against Strom with one
+client library (confluent-kafka, kafka-python, aiokafka, Kafka's Java tools); these steps use
+confluent-kafka, so a scenario written with another client can check that what it stored reads
+back the same through librdkafka. pytest's importlib mode keeps test modules from importing one
+another, hence a module here. confluent-kafka is a test dependency: it is imported in the
+functions, as in :mod:`strom.testing.kafka`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+__all__ = ["BASE_TS", "create_topic", "read_all", "records_with_everything",
+           "topic_with_records"]
+
+#: ms: explicit create times (2023), so both servers store the same ones.
+BASE_TS = 1_700_000_000_000
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, **configs: str) -> None:
+    """Create ``topic`` and wait until every partition has a leader in the metadata.
+
+    No time-based retention: the records carry create times of 2023, which the 7-day default
+    would delete at the next retention check (Kafka: every 5 min)."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1,
+                                  config={"retention.ms": "-1", **configs})])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
+        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
+                and all(p.leader >= 0 for p in meta.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{topic}: no leader for every partition after 30 s")
+
+
+def topic_with_records(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
+    """A new topic whose partition ``p`` holds the values ``p-0``, ``p-1``, ... (no keys)."""
+    from confluent_kafka import Producer
+
+    create_topic(bootstrap, topic, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.produce(topic, f"{p}-{i}".encode(), partition=p)
+    assert producer.flush(30) == 0
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[tuple[Any, ...]]:
+    """Every record of ``topic`` from the beginning, as (partition, offset, key, value,
+    headers, timestamp type, timestamp), sorted by partition and offset."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        got: list[tuple[Any, ...]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            ts_type, ts = msg.timestamp()
+            got.append((msg.partition(), msg.offset(), msg.key(), msg.value(),
+                        msg.headers(), ts_type, ts))
+    finally:
+        consumer.close()
+    assert len(got) == count, f"read {len(got)} of {count} records"
+    return sorted(got, key=lambda r: (r[0], r[1]))
+
+
+def records_with_everything(n: int) -> list[dict[str, Any]]:
+    """Keys (some null), values (one empty, one null), headers (none, one, repeated keys, a
+    null value) and explicit timestamps, spread over three partitions by hand; as
+    confluent-kafka's ``produce()`` keyword arguments."""
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        record: dict[str, Any] = {
+            "partition": i % 3,
+            "key": None if i % 4 == 0 else f"k{i}".encode(),
+            "value": b"" if i == 5 else None if i == 7 else f"value-{i}".encode() * (1 + i % 3),
+            "timestamp": BASE_TS + 1000 * i,
+        }
+        if i % 3 == 1:
+            record["headers"] = [("h", f"{i}".encode()), ("h", b"again"), ("empty", None)]
+        out.append(record)
+    return out

@@ -340,6 +340,64 @@ def test_group_assignment_commits_and_restart(pair: Any, name: Callable[[str], s
     assert kafka["state after all left"] == ["Empty"]
 
 
+async def static_scenario(bootstrap: str, topic: str, group: str) -> dict[str, Any]:
+    """Two static members (group.instance.id, KIP-345): one stops (a static member sends no
+    LeaveGroup) and comes back within its session; no rebalance happens on the way."""
+    seen: dict[str, Any] = {}
+
+    def member(instance: str) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                group_instance_id=instance, enable_auto_commit=False,
+                                partition_assignment_strategy=(RangePartitionAssignor,),
+                                **FAST)
+
+    def parts(c: AIOKafkaConsumer) -> list[int]:
+        return sorted(tp.partition for tp in c.assignment())
+
+    async def until(cond: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 40
+        while not cond():
+            assert time.monotonic() < deadline, f"not {what} after 40 s"
+            await asyncio.sleep(0.05)
+
+    a, b = member("a"), member("b")
+    again = member("b")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        await a.start()
+        await b.start()
+        await until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2
+                    and a._coordinator.generation == b._coordinator.generation, "2 + 2")
+        generation, held_by_b = a._coordinator.generation, parts(b)
+        await b.stop()
+        await asyncio.sleep(1)  # a keeps heartbeating: no rebalance may start
+        seen["a while b is away"] = (len(a.assignment()),
+                                     a._coordinator.generation - generation)
+        await again.start()
+        await until(lambda: len(again.assignment()) == 2, "b back with 2 partitions")
+        seen["b back"] = (parts(again) == held_by_b, again._coordinator.generation - generation,
+                          a._coordinator.generation - generation)
+        await admin.start()
+        described = (await admin.describe_consumer_groups([group]))[0].to_object()["groups"]
+        seen["described"] = [(d["state"], len(d["members"])) for d in described]
+    finally:
+        for c in (a, b, again):
+            await c.stop()
+        await admin.close()
+    return seen
+
+
+def test_static_members_come_back_without_a_rebalance(pair: Any,
+                                                     name: Callable[[str], str]) -> None:
+    topic, group = name("aio-static"), name("aio-sg")
+    for server in pair.both():
+        topic_with_records(server.bootstrap, topic, 4, 1)
+    kafka, strom = on_both(pair, lambda bootstrap: static_scenario(bootstrap, topic, group))
+    assert strom == kafka
+    assert kafka == {"a while b is away": (2, 0), "b back": (True, 0, 0),
+                     "described": [("Stable", 2)]}
+
+
 async def offsets_scenario(bootstrap: str, topic: str) -> dict[str, Any]:
     """offsets_for_times before, between, on and after non-monotonic create times; earliest and
     latest; a seek and what getone() then returns; the same after DeleteRecords."""

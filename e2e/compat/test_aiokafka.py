@@ -1,13 +1,15 @@
 """aiokafka (the asyncio client) against Apache Kafka and against Strom: each scenario is one
 coroutine, run once against each server, and what aiokafka observes is compared.
 
-Observed on both: the metadata a producer is told with acks 0, 1 and all; the records read back
-(partition, offset, key, value, headers, timestamp and its type), also through librdkafka
-(:func:`strom.testing.compat.read_all`), uncompressed and with each codec aiokafka ships
-(gzip, snappy, lz4, zstd); a group's range assignment, generations, commits and a restart from
-the committed offsets; ListOffsets by time, earliest and latest, seeks; the errors aiokafka
-raises for the same mistakes; and its admin client (AIOKafkaAdminClient) on topics, configs,
-records and groups.
+Observed on both: the metadata a producer is told with acks 0, 1, all and idempotently; the
+records read back (partition, offset, key, value, headers, timestamp and its type), also
+through librdkafka (:func:`strom.testing.compat.read_all`), uncompressed and with each codec
+aiokafka ships (gzip, snappy, lz4, zstd); a group's range assignment, generations, commits and
+a restart from the committed offsets; static members coming back without a rebalance;
+ListOffsets by time, earliest and latest, seeks, DeleteRecords; the errors aiokafka raises for
+the same mistakes; its admin client (AIOKafkaAdminClient) on topics, configs, records and
+groups. A transactional producer is the one deliberate difference (Strom has no transactions):
+the test checks that it is refused at once.
 """
 
 from __future__ import annotations

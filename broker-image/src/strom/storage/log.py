@@ -1006,8 +1006,7 @@ class PartitionLog:
             self._closed = True
             return
         self.purge_retired(0, everything=True)
-        self.flush()
-        self._epochs.save()
+        self.flush()  # saves the epoch cache too if it changed (no second write of it here)
         self._producers.end_offset = max(self._producers.end_offset, self.log_end_offset)
         producer_state.write_snapshot(self.directory, self._producers)
         for seg in self._segments:

@@ -22,9 +22,11 @@ from strom.testing import free_port
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[BrokerServer]:
+    # port 0 for the Kafka listener: its default, 19092, is one fixed port for every test run
+    # on the machine (a second xdist worker, another checkout, `strom dev up`)
     config = BrokerConfig.from_mapping({
         "log.dirs": str(tmp_path / "data"), "port": free_port(), "metrics.port": 0,
-        "shutdown.timeout.ms": 1000})
+        "listeners": "PLAINTEXT://127.0.0.1:0", "shutdown.timeout.ms": 1000})
     srv = BrokerServer(config)
     srv.stop_event = asyncio.Event()
     yield srv

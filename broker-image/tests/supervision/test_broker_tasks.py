@@ -67,7 +67,7 @@ async def test_restartable_task_failure_is_restarted(
     await _start(server)
     assert server.ready
     await _wait(lambda: server.supervisor.restarts.get(task) == 1)
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # not a synchronisation: the window in which nothing may go wrong
     assert server.ready and server.failure is None
 
 

@@ -17,12 +17,15 @@ Run alone: ``uv run --all-packages python -m benchmarks.partition_scale [--recor
 [--counts 10,100,1000] [--png PATH] [--json PATH]``; ``python -m benchmarks --only
 partition-scale`` runs it as a section of the suite (table + JSON). ``--keyed-only
 --counts 10,1000`` measures item 1 alone: keyed produce and consume with Strom's client and with
-confluent-kafka on the Kafka listener, one broker, median of ``--repeats``.
+confluent-kafka on the Kafka listener, one broker, median of ``--repeats``; with ``--kafka``
+the same confluent-kafka rows against one Apache Kafka node beside it (the reference launcher),
+and each Strom row's ratio to Kafka's at the same N.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -179,35 +182,58 @@ class KeyedRow:
     whatever else runs on the machine (rates on a shared machine follow the load)."""
 
 
+#: The keyed rows: Strom's client on gRPC, confluent-kafka on Strom's Kafka listener, and the
+#: same confluent-kafka code against one Apache Kafka node (``--kafka``).
+KAFKA_ROW = "apache-kafka"
+
+
 def measure_keyed(counts: list[int], records: int, repeats: int = 3,
-                  progress: object = print) -> list[KeyedRow]:
+                  progress: object = print, kafka: bool = False) -> list[KeyedRow]:
     """Item 1 alone: on ONE broker, keyed produce then consume of ``records`` over topics of
     each N, with Strom's client on the gRPC port and confluent-kafka on the Kafka listener,
     alternating N within each repeat so every N sees the same load; median of ``repeats``
-    (each on a fresh topic)."""
+    (each on a fresh topic). With ``kafka`` the same confluent-kafka produce and consume (same
+    settings: librdkafka's defaults and acks=1) also run against one Apache Kafka node started
+    by the project's reference launcher (:func:`strom.testing.kafka.running_kafka`), alternated
+    with the Strom rows, its broker CPU measured the same way (issue 21 item 8)."""
     from benchmarks import kafka_workloads as kw
     from strom.testing import running_broker
 
     say = progress if callable(progress) else print
     runs: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}
+    clients = ["strom", "confluent-kafka"] + ([KAFKA_ROW] if kafka else [])
     with tempfile.TemporaryDirectory(prefix="strom-bench-keyed-") as tmp, \
-            running_broker(Path(tmp), startup_timeout=600) as broker:
+            contextlib.ExitStack() as stack:
+        broker = stack.enter_context(running_broker(Path(tmp) / "strom", startup_timeout=600))
+        ref = None
+        if kafka:
+            from strom.testing.kafka import running_kafka
+
+            say("keyed: starting one Apache Kafka node")
+            ref = stack.enter_context(running_kafka(1, root=tmp))
+            assert ref.nodes[0].process is not None
         for rep in range(repeats):
             for n in counts:
-                for client in ("strom", "confluent-kafka"):
+                for client in clients:
                     topic = f"keyed-{client}-{n}-{rep}"
-                    create_topic(broker.bootstrap, topic, n)
+                    if client == KAFKA_ROW:
+                        assert ref is not None and ref.nodes[0].process is not None
+                        bootstrap, pid = ref.bootstrap, ref.nodes[0].process.pid
+                        kw.create_topic(bootstrap, topic, n)
+                    else:
+                        bootstrap, pid = broker.kafka_bootstrap, broker.pid
+                        create_topic(broker.bootstrap, topic, n)
                     time.sleep(0.5)  # let every partition's log open
-                    own, theirs = time.process_time(), cpu_seconds(broker.pid)
+                    own, theirs = time.process_time(), cpu_seconds(pid)
                     if client == "strom":
                         p = produce_keyed(broker.bootstrap, topic, records)
                     else:
-                        p = produce_keyed_kafka(broker.kafka_bootstrap, topic, records)
-                    own, theirs = time.process_time() - own, cpu_seconds(broker.pid) - theirs
+                        p = produce_keyed_kafka(bootstrap, topic, records)
+                    own, theirs = time.process_time() - own, cpu_seconds(pid) - theirs
                     if client == "strom":
                         c = sw.consume_all(broker.bootstrap, topic, n, records, 100)
                     else:
-                        c = kw.consume_all(broker.kafka_bootstrap, topic, n, records, 100)
+                        c = kw.consume_all(bootstrap, topic, n, records, 100)
                     runs.setdefault((client, n), []).append(
                         (p.records_per_s, c.records_per_s, own, theirs))
                     say(f"keyed: {client} {n:,} partitions run {rep + 1}: produce "
@@ -229,6 +255,16 @@ def format_keyed(rows: list[KeyedRow]) -> str:
                      f"{r.produce_rps / b.produce_rps:.2f} | {r.produce_client_cpu_s:.2f} + "
                      f"{r.produce_broker_cpu_s:.2f} | {r.consume_rps:,.0f} | "
                      f"{r.consume_rps / b.consume_rps:.2f} |")
+    ref = {r.partitions: r for r in rows if r.client == KAFKA_ROW}
+    if ref:
+        lines += ["", "| client | partitions | produce / Apache Kafka's | consume / Apache "
+                  "Kafka's |", "|---|---|---|---|"]
+        for r in sorted(rows, key=lambda r: (r.client, r.partitions)):
+            k = ref.get(r.partitions)
+            if r.client != KAFKA_ROW and k is not None:
+                lines.append(f"| {r.client} | {r.partitions:,} | "
+                             f"{r.produce_rps / k.produce_rps:.2f} | "
+                             f"{r.consume_rps / k.consume_rps:.2f} |")
     return "\n".join(lines)
 
 
@@ -363,10 +399,13 @@ def main(argv: list[str] | None = None) -> int:
                              "confluent-kafka on the Kafka listener, one broker, median of "
                              "--repeats")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--kafka", action="store_true",
+                        help="with --keyed-only: also run the confluent-kafka rows against one "
+                             "Apache Kafka node (needs Java and the jars kafka-ref/fetch gets)")
     args = parser.parse_args(argv)
     if args.keyed_only:
         rows = measure_keyed([int(c) for c in args.counts.split(",")], args.records,
-                             args.repeats)
+                             args.repeats, kafka=args.kafka)
         print(format_keyed(rows))
         if args.json is not None:
             args.json.write_text(json.dumps({

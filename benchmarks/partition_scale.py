@@ -76,6 +76,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def settle(pid: int, quiet_pct: float = 20.0, timeout_s: float = 120.0) -> float:
+    """Wait (at least 0.5 s) until process ``pid`` uses under ``quiet_pct`` % of a core over
+    half a second, at most ``timeout_s``; return the seconds waited."""
+    start = time.perf_counter()
+    while True:
+        before = cpu_seconds(pid)
+        time.sleep(0.5)
+        waited = time.perf_counter() - start
+        if (cpu_seconds(pid) - before) / 0.5 * 100 < quiet_pct or waited >= timeout_s:
+            return waited
+
+
 def idle_cpu_pct(pid: int, seconds: float = 5.0) -> float:
     before = cpu_seconds(pid)
     time.sleep(seconds)
@@ -212,6 +224,10 @@ def measure_keyed(counts: list[int], records: int, repeats: int = 3,
             say("keyed: starting one Apache Kafka node")
             ref = stack.enter_context(running_kafka(1, root=tmp))
             assert ref.nodes[0].process is not None
+            say("keyed: warming Apache Kafka's JIT (20,000 records, not measured)")
+            kw.create_topic(ref.bootstrap, "keyed-warm-up", 10)
+            settle(ref.nodes[0].process.pid)
+            produce_keyed_kafka(ref.bootstrap, "keyed-warm-up", 20_000)
         for rep in range(repeats):
             for n in counts:
                 for client in clients:
@@ -223,7 +239,8 @@ def measure_keyed(counts: list[int], records: int, repeats: int = 3,
                     else:
                         bootstrap, pid = broker.kafka_bootstrap, broker.pid
                         create_topic(broker.bootstrap, topic, n)
-                    time.sleep(0.5)  # let every partition's log open
+                    settle(pid)  # every partition's log open (Kafka opens them after
+                    # CreateTopics answers: otherwise its produce window holds the creation)
                     own, theirs = time.process_time(), cpu_seconds(pid)
                     if client == "strom":
                         p = produce_keyed(broker.bootstrap, topic, records)

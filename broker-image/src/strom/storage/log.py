@@ -478,7 +478,11 @@ class PartitionLog:
             if rebuilt is not None:
                 records = rebuilt
                 headers = validate_batches(records)
-        if any(h.producer_id >= 0 for h in headers):
+        # one batch per partition is what a produce over many partitions sends: its checks
+        # without a generator each (issue 21)
+        single = headers[0] if len(headers) == 1 else None
+        if (single.producer_id >= 0 if single is not None
+                else any(h.producer_id >= 0 for h in headers)):
             dup = self._producers.check_all(headers)
             if dup is not None:
                 return AppendResult(
@@ -489,8 +493,9 @@ class PartitionLog:
         append_time = config.log_append_time
         offset = self.log_end_offset
         buf: bytes | bytearray | memoryview = records
-        wrong_max = not append_time and any(
-            h.max_timestamp != ts for h, ts in zip(headers, max_stamps, strict=True))
+        wrong_max = not append_time and (
+            single.max_timestamp != max_stamps[0] if single is not None
+            else any(h.max_timestamp != ts for h, ts in zip(headers, max_stamps, strict=True)))
         if append_time or wrong_max:  # attributes, maxTimestamp and the CRC change: a copy
             buf = bytearray(records)
             for h, ts in zip(headers, max_stamps, strict=True):
@@ -513,6 +518,13 @@ class PartitionLog:
             self._write(buf, patched, now, offsets_from_headers=buf is records)
         except OSError as exc:
             raise self._io_failed(exc, start) from None
+        if len(patched) == 1:
+            first = patched[0]
+            return AppendResult(
+                base_offset=first.base_offset, last_offset=first.last_offset,
+                record_count=first.records_count, size_bytes=len(buf),
+                log_append_time_ms=now if append_time else -1,
+                max_timestamp=first.max_timestamp), patched
         return AppendResult(
             base_offset=patched[0].base_offset, last_offset=patched[-1].last_offset,
             record_count=sum(h.records_count for h in patched), size_bytes=len(buf),
@@ -582,7 +594,8 @@ class PartitionLog:
             seg.append(buf, headers[i:j], offsets_from_headers=offsets_from_headers)
             self._producers.update_all(headers[i:j])
             i = j
-        self._unflushed_messages += sum(h.records_count for h in headers)
+        self._unflushed_messages += (headers[0].records_count if len(headers) == 1
+                                     else sum(h.records_count for h in headers))
         if (self._unflushed_messages >= self.config.flush_messages
                 or now - self._last_flush_ms >= self.config.flush_ms):
             self.flush()

@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.strom_workloads import Throughput, run_latency, send_paced, timed_catch_up
+from strom.testing.compat import create_led_topic
 
 if TYPE_CHECKING:
     import multiprocessing.synchronize
@@ -28,23 +29,8 @@ BATCH_BYTES = 1_000_000
 LINGER_MS = 5
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int = 1,
-                 configs: dict[str, str] | None = None, timeout_s: float = 60.0) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                            replication_factor=replication_factor,
-                                            config=configs or {})])
-    futures[topic].result(timeout=timeout_s)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:  # every partition has a leader before the run starts
-        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
-        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
-                and all(p.leader >= 0 for p in meta.partitions.values()):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"topic {topic} has no leader for every partition after {timeout_s}s")
+#: Topics of the Kafka-protocol rows: created and led before a run starts (one implementation).
+create_topic = create_led_topic
 
 
 def _producer(bootstrap: str, **overrides: Any) -> Any:

@@ -309,12 +309,8 @@ class ReplicaManager:
     async def append(self, topic: str, partition: int, records: bytes | memoryview, acks: int,
                      config: LogConfig, timeout_ms: int) -> AppendResult:
         """Append as leader; with acks=-1 also wait until the high watermark passes the batch."""
-        tp = (topic, partition)
-        part = self._leader(topic, partition)
-        self._check_min_isr(part, tp, acks, config)
-        epoch = part.view.leader_epoch
-        generation = part.leaderships
-        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 0) / 1000.0
+        part, tp, epoch, generation, deadline = self._append_target(
+            topic, partition, acks, config, timeout_ms)
         result = part.log.append_as_leader(records, epoch)
         self._appended(part, tp)
         if acks == -1:
@@ -330,12 +326,8 @@ class ReplicaManager:
         order, as :meth:`append` gives each (acks=-1 waits for each part's last offset in turn).
         None when the parts cannot be appended as one (the log unchanged); raises, nothing
         written, as :meth:`append` does for one part."""
-        tp = (topic, partition)
-        part = self._leader(topic, partition)
-        self._check_min_isr(part, tp, acks, config)
-        epoch = part.view.leader_epoch
-        generation = part.leaderships
-        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 0) / 1000.0
+        part, tp, epoch, generation, deadline = self._append_target(
+            topic, partition, acks, config, timeout_ms)
         results = part.log.append_many_as_leader(parts, epoch)
         if results is None:
             return None
@@ -351,6 +343,18 @@ class ReplicaManager:
             except StromError as err:
                 out.append(err)
         return out
+
+    def _append_target(self, topic: str, partition: int, acks: int, config: LogConfig,
+                       timeout_ms: int) -> tuple[Partition, tuple[str, int], int, int, float]:
+        """What an append as leader checks and fixes first, before it writes: the partition it
+        leads (else NOT_LEADER / NOT_ENOUGH_REPLICAS), its key, the leader epoch and leadership
+        generation the write belongs to (a wait for acks=-1 ends if either moves), the
+        deadline."""
+        tp = (topic, partition)
+        part = self._leader(topic, partition)
+        self._check_min_isr(part, tp, acks, config)
+        deadline = asyncio.get_running_loop().time() + max(timeout_ms, 0) / 1000.0
+        return part, tp, part.view.leader_epoch, part.leaderships, deadline
 
     @staticmethod
     def _check_min_isr(part: Partition, tp: tuple[str, int], acks: int,

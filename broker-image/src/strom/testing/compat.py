@@ -27,19 +27,28 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, **configs: str
 
     No time-based retention: the records carry create times of 2023, which the 7-day default
     would delete at the next retention check (Kafka: every 5 min)."""
+    create_led_topic(bootstrap, topic, partitions, configs={"retention.ms": "-1", **configs},
+                     timeout_s=30)
+
+
+def create_led_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int = 1,
+                     configs: dict[str, str] | None = None, timeout_s: float = 60.0) -> None:
+    """Create ``topic`` through the Kafka protocol and wait until every partition has a leader
+    in the metadata: a produce before that (acks=0 above all) can be lost on either server."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1,
-                                  config={"retention.ms": "-1", **configs})])[topic].result(30)
-    deadline = time.monotonic() + 30
+    admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                  replication_factor=replication_factor,
+                                  config=configs or {})])[topic].result(timeout_s)
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         meta = admin.list_topics(topic, timeout=5).topics.get(topic)
         if meta is not None and meta.error is None and len(meta.partitions) == partitions \
                 and all(p.leader >= 0 for p in meta.partitions.values()):
             return
         time.sleep(0.1)
-    raise AssertionError(f"{topic}: no leader for every partition after 30 s")
+    raise AssertionError(f"{topic}: no leader for every partition after {timeout_s:g} s")
 
 
 def topic_with_records(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:

@@ -128,16 +128,15 @@ async def handle_run(core: BrokerCore, requests: Sequence[ProduceRequestLike]
         return None
     plog = core.replicas.get(data.topic, data.partition)
     log_start = plog.log_start_offset if plog is not None else 0
-    size = records = 0
+    appended: list[AppendResult | None] = []
     for result, out in zip(results, outs, strict=True):
         if isinstance(result, StromError):
             _fail(out, result, metrics)
+            appended.append(None)
         else:
             _set_result(out, result, log_start)
-            size += result.size_bytes
-            records += result.record_count
-    metrics.bytes_in.labels(data.topic).inc(size)
-    metrics.messages_in.labels(data.topic).inc(records)
+            appended.append(result)
+    _count(metrics, [r.partitions[0] for r in requests], appended)
     return responses
 
 

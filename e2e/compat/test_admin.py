@@ -31,6 +31,8 @@ from kio.schema.api_versions.v3.response import ApiVersionsResponse
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
 
+from strom.testing.compat import wait_for_led_topic
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 #: Topic configs whose defaults both servers must describe alike (the rest differ on purpose:
@@ -57,14 +59,8 @@ def outcome(future: Any, timeout: float = 30) -> str:
 
 
 def wait_for_topic(client: Any, topic: str, partitions: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        meta = client.list_topics(topic, timeout=5).topics.get(topic)
-        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
-                and all(p.leader >= 0 for p in meta.partitions.values()):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{topic}: not ready with {partitions} partitions after 30 s")
+    wait_for_led_topic(client, topic, partitions, 30,
+                       f"{topic}: not ready with {partitions} partitions after 30 s")
 
 
 def on_both(pair: Any, scenario: Callable[[Any], Any]) -> tuple[Any, Any]:

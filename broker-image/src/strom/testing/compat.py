@@ -41,6 +41,13 @@ def create_led_topic(bootstrap: str, topic: str, partitions: int, replication_fa
     admin.create_topics([NewTopic(topic, num_partitions=partitions,
                                   replication_factor=replication_factor,
                                   config=configs or {})])[topic].result(timeout_s)
+    wait_for_led_topic(admin, topic, partitions, timeout_s)
+
+
+def wait_for_led_topic(admin: Any, topic: str, partitions: int, timeout_s: float = 30.0,
+                       failure: str | None = None) -> None:
+    """Wait until ``admin``'s metadata shows ``topic`` with ``partitions`` partitions, each
+    led; AssertionError (``failure``, or a default naming the topic) after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         meta = admin.list_topics(topic, timeout=5).topics.get(topic)
@@ -48,7 +55,8 @@ def create_led_topic(bootstrap: str, topic: str, partitions: int, replication_fa
                 and all(p.leader >= 0 for p in meta.partitions.values()):
             return
         time.sleep(0.1)
-    raise AssertionError(f"{topic}: no leader for every partition after {timeout_s:g} s")
+    raise AssertionError(failure or f"{topic}: no leader for every partition after "
+                                    f"{timeout_s:g} s")
 
 
 def topic_with_records(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:

@@ -23,6 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kafka_workloads import consume_arrived
+
 INPUT, OUTPUT = "streams-plaintext-input", "streams-wordcount-output"
 DEMO = "org.apache.kafka.streams.examples.wordcount.WordCountDemo"
 WARMUP = "warmupword"
@@ -84,7 +86,7 @@ def word_count(bootstrap: str, workdir: Path, lines: list[str], batches: int = 1
                 raise RuntimeError(f"word count against {bootstrap}: {what} not within "
                                    f"{timeout_s:.0f} s; demo log:\n{app.log_tail()}")
             app.check_running()
-            for msg in consumer.consume(num_messages=10_000, timeout=0.2):
+            for msg in consume_arrived(consumer, 0.2):
                 if msg.error() is None and msg.key() is not None:
                     counts[msg.key().decode()] = int.from_bytes(msg.value(), "big")
 

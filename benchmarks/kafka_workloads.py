@@ -92,6 +92,18 @@ def _consumer(bootstrap: str, **overrides: Any) -> Any:
     return Consumer(config)
 
 
+def consume_arrived(consumer: Any, timeout_s: float) -> list[Any]:
+    """What has arrived, as soon as anything has. librdkafka's ``consume(num_messages=N,
+    timeout=T)`` returns only once N messages are queued or T has passed, so below N/T records
+    per second every record waits for the timeout: a latency consumer built on it measured a
+    floor of p50 ~100 ms / p99 ~200 ms at 1,000 records/s against Kafka and Strom alike
+    (2026-11-26). Block in ``poll`` for the first message, then take what is queued behind it."""
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(num_messages=10_000, timeout=0)]
+
+
 def consume_all(bootstrap: str, topic: str, partitions: int, records: int, value_size: int,
                 timeout_s: float = 300.0,
                 consumer_config: dict[str, Any] | None = None) -> Throughput:
@@ -127,7 +139,7 @@ def _latency_consumer(bootstrap: str, topic: str, partitions: int, expected: int
     latencies: list[float] = []
     deadline = time.time() + timeout_s
     while len(latencies) < expected and time.time() < deadline:
-        for msg in consumer.consume(num_messages=10_000, timeout=0.2):
+        for msg in consume_arrived(consumer, 0.2):
             now = time.time()
             value = msg.value() if msg.error() is None else None
             if value is not None and len(value) >= 8:

@@ -77,3 +77,35 @@ def test_producer_performance_percentiles_are_read(monkeypatch: pytest.MonkeyPat
         "p50 ms": 3.0, "p95 ms": 17.0, "p99 ms": 48.0, "p99.9 ms": 90.0}
     with pytest.raises(RuntimeError, match="no ProducerPerformance percentiles"):
         module.parse_producer_percentiles("49981 records sent, 9996.2 records/sec\n")
+
+
+class _QueuedConsumer:
+    """librdkafka's consumer queue as the latency consumer sees it: ``consume(n, timeout)``
+    blocks until ``n`` messages are queued or ``timeout`` passes (recorded, not slept)."""
+
+    def __init__(self, queued: list[str]) -> None:
+        self.queued = queued
+        self.blocked_for: list[float] = []
+
+    def poll(self, timeout: float) -> str | None:
+        if not self.queued:
+            self.blocked_for.append(timeout)
+            return None
+        return self.queued.pop(0)
+
+    def consume(self, num_messages: int, timeout: float) -> list[str]:
+        if len(self.queued) < num_messages:
+            self.blocked_for.append(timeout)
+        taken, self.queued = self.queued[:num_messages], self.queued[num_messages:]
+        return taken
+
+
+def test_records_are_taken_as_they_arrive_not_after_the_batch_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    consume_arrived = importlib.import_module("benchmarks.kafka_workloads").consume_arrived
+    consumer = _QueuedConsumer(["a", "b", "c"])
+    assert consume_arrived(consumer, 0.2) == ["a", "b", "c"]
+    assert consumer.blocked_for == [0]  # a short queue never waits for the batch to fill
+    assert consume_arrived(consumer, 0.2) == []
+    assert consumer.blocked_for == [0, 0.2]  # nothing queued: one bounded wait for the first

@@ -40,7 +40,7 @@ class _Servicer:
 
     async def ReplicaFetch(self, request: replica_pb2.ReplicaFetchRequest,
                            context: grpc.aio.ServicerContext[Any, Any]
-                           ) -> list[replica_fetch.Answer]:
+                           ) -> replica_fetch.Response:
         try:
             return await self.manager.replica_fetch(request)
         except StromError as err:

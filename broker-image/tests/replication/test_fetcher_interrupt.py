@@ -38,10 +38,10 @@ async def test_adding_a_partition_interrupts_the_long_poll_without_a_failure() -
 
     async def long_poll(request: replica_pb2.ReplicaFetchRequest,
                         context: grpc.aio.ServicerContext[Any, Any]
-                        ) -> list[replica_fetch.Answer]:
+                        ) -> replica_fetch.Response:
         requests.append((time.monotonic(), [p.topic for p in request.partitions]))
         await asyncio.sleep(request.max_wait_ms / 1000)
-        return [(replica_pb2.ReplicaFetchPartitionResponse(
+        return replica_pb2.ReplicaFetchResponse(), [(replica_pb2.ReplicaFetchPartitionResponse(
             topic=p.topic, partition=p.partition, high_watermark=0, log_start_offset=0,
             log_end_offset=0, diverging_epoch=-1, diverging_end_offset=-1), b"")
             for p in request.partitions]

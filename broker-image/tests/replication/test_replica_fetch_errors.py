@@ -45,7 +45,7 @@ def _fetch(offset: int, last_epoch: int, *, epoch: int = 3, replica: int = 1,
 
 async def _one(manager: ReplicaManager, request: replica_pb2.ReplicaFetchRequest
                ) -> tuple[replica_pb2.ReplicaFetchPartitionResponse, bytes]:
-    [(answer, records)] = await manager.replica_fetch(request)
+    _, [(answer, records)] = await manager.replica_fetch(request)
     assert not answer.records  # the records travel beside the answer (strom.protocol.wire)
     return answer, bytes(records)
 

@@ -271,8 +271,8 @@ async def test_partition_added_to_a_busy_fetcher_does_not_wait_out_the_long_poll
         cluster.set_view(_view(0, 0, (0,), (0,), topic="b"))
         await cluster.nodes[0].m.append("b", 0, _batch(0), 1, LogConfig(), 1000)
         # broker 1's fetcher is parked in a 5 s long-poll on "a" (the leader holds its fetch)
-        await wait_until(lambda: len(cluster.nodes[0].m.waiters) >= 1,
-                         what="broker 1's fetch parked on the leader")
+        await wait_until(lambda: cluster.nodes[0].m.fetch_sessions() >= 1,
+                         what="broker 1's fetch session opened on the leader")
         cluster.set_view(_view(0, 0, (0, 1), (0,), 1, topic="b"))
         took = await wait_until(lambda: cluster.nodes[1].log("b").log_end_offset == 1,
                                 timeout_s=4, what="b fetched")

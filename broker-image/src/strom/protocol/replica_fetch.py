@@ -22,15 +22,20 @@ _RECORDS = 8  # ReplicaFetchPartitionResponse.records
 PartitionAnswer = replica_pb2.ReplicaFetchPartitionResponse
 Answer = tuple[PartitionAnswer, wire.Buffer]
 """One partition's answer without its records (``records`` unset), beside the records."""
+Head = replica_pb2.ReplicaFetchResponse
+"""The response's own fields (session id, session error) without its partitions."""
+Response = tuple[Head, Sequence[Answer]]
+Received = tuple[Head, list[tuple[PartitionAnswer, memoryview]]]
 
 
-def encode_response(answers: Sequence[Answer]) -> bytes:
-    """The ``ReplicaFetchResponse`` bytes of ``answers``."""
-    return wire.encode(replica_pb2.ReplicaFetchResponse(), _PARTITIONS, answers, _RECORDS)
+def encode_response(response: Response) -> bytes:
+    """The ``ReplicaFetchResponse`` bytes of a head and its partitions' answers."""
+    head, answers = response
+    return wire.encode(head, _PARTITIONS, answers, _RECORDS)
 
 
-def decode_response(data: bytes) -> list[tuple[PartitionAnswer, memoryview]]:
-    """Each partition's answer (without records) beside a view of its records in ``data``."""
-    _, answers = wire.decode(data, replica_pb2.ReplicaFetchResponse, _PARTITIONS,
-                             replica_pb2.ReplicaFetchPartitionResponse, _RECORDS)
-    return answers
+def decode_response(data: bytes) -> Received:
+    """The head, and each partition's answer (without records) beside a view of its records in
+    ``data``."""
+    return wire.decode(data, replica_pb2.ReplicaFetchResponse, _PARTITIONS,
+                       replica_pb2.ReplicaFetchPartitionResponse, _RECORDS)

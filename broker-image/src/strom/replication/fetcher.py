@@ -13,6 +13,13 @@ next request includes it at once: after a failover, partitions moving to a leade
 already fetches from must not wait out ``replica.fetch.wait.max.ms``. A response for a partition
 whose leader epoch changed while the call was in flight is dropped; the target also drops one
 whose log end offset moved (truncated meanwhile).
+
+The fetches run in a fetch session (Kafka's KIP-227; :mod:`strom.replication.fetch_session`
+here, :mod:`strom.replication.sessions` on the leader): after one full fetch, a request names
+only the partitions whose position or leader epoch changed, and the answer carries only the
+partitions with news, so a fetch costs what moved, not the partitions followed. A delayed
+partition is forgotten by the leader's session until its delay passes. An interrupted or failed
+call, or a session error, starts over with a full fetch.
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ from typing import Protocol
 import grpc
 
 from strom.protocol.errors import StromError
-from strom.protocol.replica_fetch import PartitionAnswer
+from strom.protocol.replica_fetch import PartitionAnswer, Received
 from strom.protocol.v1 import replica_pb2
+from strom.replication.fetch_session import FollowerSession, Key
 from strom.replication.settings import ReplicationSettings
 from strom.replication.state import BrokerAddress
 from strom.supervision import failed, spawn
@@ -39,8 +47,7 @@ from strom.transport.status import from_rpc_error
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-_FetchMethod = grpc.aio.UnaryUnaryMultiCallable[
-    replica_pb2.ReplicaFetchRequest, list[tuple[PartitionAnswer, memoryview]]]
+_FetchMethod = grpc.aio.UnaryUnaryMultiCallable[replica_pb2.ReplicaFetchRequest, Received]
 _IDLE_WAIT_S = 5.0
 _WARN_EVERY_S = 30.0
 
@@ -88,6 +95,8 @@ class ReplicaFetcher:
         self._broker_address = broker_address
         self._clock = clock
         self._partitions: dict[TopicPartition, _PartitionFetch] = {}
+        self._delayed: set[TopicPartition] = set()
+        self.session = FollowerSession()
         self._wakeup = asyncio.Event()
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -102,11 +111,15 @@ class ReplicaFetcher:
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
         self._partitions[tp] = _PartitionFetch(leader_epoch)
+        self._delayed.discard(tp)
+        self.session.touch(tp)
         self._wakeup.set()
         self._changed.set()
 
     def remove(self, tp: TopicPartition) -> None:
         self._partitions.pop(tp, None)
+        self._delayed.discard(tp)
+        self.session.touch(tp)  # forgotten in the next request
 
     def undelay(self, tp: TopicPartition, leader_epoch: int) -> None:
         """A new view for ``tp`` arrived: fetch it again at once with the new epoch."""
@@ -116,6 +129,8 @@ class ReplicaFetcher:
                 self._changed.set()
             state.leader_epoch = leader_epoch
             state.delayed_until = 0.0
+            self._delayed.discard(tp)
+            self.session.touch(tp)
             self._wakeup.set()
 
     def __contains__(self, tp: object) -> bool:
@@ -169,9 +184,9 @@ class ReplicaFetcher:
     async def _fetch_once(self) -> None:
         self._changed.clear()  # whatever changes from here on interrupts the next call
         now = self._clock()
-        ready = {tp: st for tp, st in self._partitions.items() if st.delayed_until <= now}
-        if not ready:
-            delays = [st.delayed_until - now for st in self._partitions.values()]
+        self._undelay_expired(now)
+        if len(self._delayed) >= len(self._partitions):  # nothing to fetch now
+            delays = [self._partitions[tp].delayed_until - now for tp in self._delayed]
             await self._sleep(min(delays, default=_IDLE_WAIT_S))
             return
         fetch = await self._connect()
@@ -180,36 +195,56 @@ class ReplicaFetcher:
             self._warn(f"the address of leader broker {self.leader} is unknown")
             await self._sleep(backoff_s(self.failures, self._settings))
             return
-        ready = {tp: st for tp, st in self._partitions.items() if st.delayed_until <= now}
-        request, sent = self._request(ready)
-        if not request.partitions:
+        session = self.session
+        request = self._request(now)
+        if not session.sent:  # no partition can be fetched (e.g. none has a position)
+            session.reset()
             await self._sleep(backoff_s(1, self._settings))
             return
         timeout = (self._settings.fetch_wait_max_ms + self._settings.fetch_timeout_ms) / 1000.0
         try:
             response = await self._call(fetch, request, timeout)
         except grpc.aio.AioRpcError as exc:
+            session.reset()
             self.failures += 1
             self._warn(f"ReplicaFetch from broker {self.leader} at {self._address} failed: "
                        f"{from_rpc_error(exc)}")
             await self._sleep(backoff_s(self.failures, self._settings))
             return
         if response is None:
+            session.reset()  # the leader may or may not have applied the request
             return  # interrupted: partitions were added or changed epoch
+        head, answers = response
+        session.answered(head.session_id, head.error_code)
+        if head.error_code:
+            log.info("fetch session with leader %d: %s; starting over with a full fetch",
+                     self.leader, head.error_message)
+            return
         self.failures = 0
         done = self._clock()
-        for answer, records in response:
+        sent = session.sent
+        for answer, records in answers:
             tp = (answer.topic, answer.partition)
+            key = sent.get(tp)
             state = self._partitions.get(tp)
-            if tp not in sent or state is None or state.leader_epoch != sent[tp][0]:
+            session.touch(tp)  # its position may move: compare it in the next request
+            if key is None or state is None or state.leader_epoch != key[2]:
                 continue
-            delay = self._target.on_fetched(tp, self.leader, state.leader_epoch, sent[tp][1],
-                                            answer, records)
+            delay = self._target.on_fetched(tp, self.leader, key[2], key[0], answer, records)
             if delay > 0 and self._partitions.get(tp) is state:
                 state.delayed_until = done + delay
+                self._delayed.add(tp)  # forgotten by the leader's session until then
+
+    def _undelay_expired(self, now: float) -> None:
+        if not self._delayed:
+            return
+        for tp in [tp for tp in self._delayed if self._partitions[tp].delayed_until <= now]:
+            self._delayed.discard(tp)
+            self._partitions[tp].delayed_until = 0.0
+            self.session.touch(tp)
 
     async def _call(self, fetch: _FetchMethod, request: replica_pb2.ReplicaFetchRequest,
-                    timeout: float) -> list[tuple[PartitionAnswer, memoryview]] | None:
+                    timeout: float) -> Received | None:
         """The call's response, or None if :meth:`add` / :meth:`undelay` interrupted the
         long-poll (so a partition that just moved to this leader does not wait it out)."""
         call = asyncio.ensure_future(fetch(request, timeout=timeout))
@@ -222,28 +257,37 @@ class ReplicaFetcher:
                 call.cancel()
         if not call.done() or call.cancelled():
             return None  # interrupted: cancel() only *requests* it, the task is not done yet
-        response: list[tuple[PartitionAnswer, memoryview]] = call.result()
+        response: Received = call.result()
         return response
 
-    def _request(self, ready: dict[TopicPartition, _PartitionFetch]
-                 ) -> tuple[replica_pb2.ReplicaFetchRequest, dict[TopicPartition, tuple[int, int]]]:
+    def _key(self, tp: TopicPartition) -> Key | None:
+        state = self._partitions.get(tp)
+        if state is None or tp in self._delayed:
+            return None
+        position = self._target.fetch_position(tp)
+        if position is None:
+            return None
+        return position.fetch_offset, position.last_fetched_epoch, state.leader_epoch
+
+    def _request(self, now: float) -> replica_pb2.ReplicaFetchRequest:
+        """The next request: every fetchable partition in a full fetch, else only those whose
+        figures changed since the last request, and those to forget."""
         settings = self._settings
+        session = self.session
+        named, forgotten = session.request(self._partitions, self._key)
         request = replica_pb2.ReplicaFetchRequest(
             replica_id=settings.broker_id, broker_epoch=-1, max_wait_ms=settings.fetch_wait_max_ms,
-            min_bytes=1, max_bytes=settings.fetch_response_max_bytes)
-        sent: dict[TopicPartition, tuple[int, int]] = {}
-        for tp, state in ready.items():
-            position = self._target.fetch_position(tp)
-            if position is None:
-                continue
-            request.partitions.add(
-                topic=tp[0], partition=tp[1], fetch_offset=position.fetch_offset,
-                last_fetched_epoch=position.last_fetched_epoch,
-                current_leader_epoch=state.leader_epoch,
-                partition_max_bytes=settings.fetch_max_bytes,
-                log_start_offset=position.log_start_offset)
-            sent[tp] = (state.leader_epoch, position.fetch_offset)
-        return request, sent
+            min_bytes=1, max_bytes=settings.fetch_response_max_bytes,
+            session_id=session.session_id, session_epoch=session.epoch)
+        add = request.partitions.add
+        max_bytes = settings.fetch_max_bytes
+        for (topic, partition), (offset, last_epoch, leader_epoch) in named:
+            add(topic=topic, partition=partition, fetch_offset=offset,
+                last_fetched_epoch=last_epoch, current_leader_epoch=leader_epoch,
+                partition_max_bytes=max_bytes)
+        for topic, partition in forgotten:
+            request.forgotten.add(topic=topic, partition=partition)
+        return request
 
     async def _connect(self) -> _FetchMethod | None:
         address = self._broker_address(self.leader)

@@ -47,12 +47,13 @@ from typing import Any
 
 from strom.protocol.batch import iter_headers, next_offset_after, whole_batches_within
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
-from strom.protocol.replica_fetch import Answer, PartitionAnswer
+from strom.protocol.replica_fetch import Answer, PartitionAnswer, Response
 from strom.protocol.v1 import replica_pb2
 from strom.ratelimit import RateLimitedLog
 from strom.replication import divergence, isr
 from strom.replication.fetcher import FetchPosition, ReplicaFetcher, backoff_s
 from strom.replication.partition import Partition
+from strom.replication.sessions import LeaderSession, Plan, SessionCache, Wanted
 from strom.replication.settings import ReplicationSettings
 from strom.replication.state import NO_LEADER, AlterIsr, BrokerAddress, PartitionView
 from strom.replication.throttle import TokenBucket
@@ -92,6 +93,8 @@ class ReplicaManager:
         """Consumer fetches and follower ReplicaFetches wait here for appends."""
         self._acks = AppendWaiters()
         """acks=all produces wait here for high watermark or leadership changes."""
+        self._sessions = SessionCache(self.waiters)
+        """Leader side: each follower broker's fetch session (KIP-227)."""
         self._bucket = TokenBucket(-1, time.monotonic())
         self._follower_bucket = TokenBucket(-1, time.monotonic())
         self._tasks: set[asyncio.Task[None]] = set()
@@ -127,6 +130,7 @@ class ReplicaManager:
     async def stop(self) -> None:
         """Stop fetchers and tasks, wake every waiter; logs stay open (the broker closes them)."""
         self._stopped = True
+        self._sessions.close_all()
         self.waiters.close()
         self._acks.close()
         tasks = [t for t in (self._isr_task, *self._tasks) if t is not None]
@@ -264,6 +268,10 @@ class ReplicaManager:
         """Records the most-behind followed partition lacks (Kafka's ReplicaFetcher MaxLag)."""
         return max((p.fetch_lag for p in self._partitions.values()
                     if not p.is_leader and not p.offline), default=0)
+
+    def fetch_sessions(self) -> int:
+        """Followers' fetch sessions open on this broker (one per follower broker at most)."""
+        return len(self._sessions)
 
     def leader_count(self) -> int:
         return sum(1 for p in self._partitions.values() if p.is_leader)
@@ -427,8 +435,12 @@ class ReplicaManager:
 
     # -- request path: ReplicaFetch (leader side) -------------------------------------------------
 
-    async def replica_fetch(self, request: replica_pb2.ReplicaFetchRequest) -> list[Answer]:
-        """Serve one follower fetch: records up to the log end offset, long-polling while none."""
+    async def replica_fetch(self, request: replica_pb2.ReplicaFetchRequest) -> Response:
+        """Serve one follower fetch: records up to the log end offset, long-polling while none.
+
+        In a fetch session (:mod:`strom.replication.sessions`) only the partitions the request
+        names and those that changed here since the last answer are looked at, and an
+        incremental answer carries only those with news."""
         if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
             raise StromError(ErrorCode.INVALID_REQUEST,
                              f"ReplicaFetch sizes and max_wait_ms must be >= 0 (max_wait_ms="
@@ -437,56 +449,95 @@ class ReplicaManager:
         if request.replica_id < 0 or request.replica_id == self.broker_id:
             raise StromError(ErrorCode.INVALID_REQUEST,
                              f"replica_id={request.replica_id} is not another broker's id")
+        plan = self._sessions.plan(
+            request.replica_id, request.session_id, request.session_epoch,
+            [((p.topic, p.partition), Wanted(p.fetch_offset, p.last_fetched_epoch,
+                                             p.current_leader_epoch, p.partition_max_bytes))
+             for p in request.partitions],
+            [(f.topic, f.partition) for f in request.forgotten])
+        session = plan.session
+        if session is None:
+            return (replica_pb2.ReplicaFetchResponse(
+                error_code=int(plan.error or ErrorCode.UNKNOWN_SERVER_ERROR),
+                error_message=plan.message), [])
+        head = replica_pb2.ReplicaFetchResponse(session_id=session.session_id)
+        try:
+            return head, await self._serve_session(request, session, plan)
+        finally:
+            if not plan.cached:
+                self._sessions.close(session)
+
+    async def _serve_session(self, request: replica_pb2.ReplicaFetchRequest,
+                             session: LeaderSession, plan: Plan) -> list[Answer]:
         cap = self.settings.fetch_response_max_bytes
         max_bytes = min(request.max_bytes or cap, cap)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.max_wait_ms / 1000.0
-        tps = [(p.topic, p.partition) for p in request.partitions]
-        while True:
-            answers, total, done = self._replica_read_once(request, max_bytes)
-            remaining = deadline - loop.time()
-            if done or total >= max(request.min_bytes, 1) or remaining <= 0 or self.waiters.closed:
-                break
-            await self.waiters.wait(tps, remaining)
-        return answers
-
-    def _replica_read_once(self, request: replica_pb2.ReplicaFetchRequest, max_bytes: int
-                           ) -> tuple[list[Answer], int, bool]:
-        """One pass over the partitions: (answers, bytes of records, answer now?)."""
-        answers: list[Answer] = []
-        remaining = max_bytes
+        answers: dict[TopicPartition, Answer] = {}
+        todo: Sequence[TopicPartition] = plan.todo
         total = 0
+        while True:
+            session.event.clear()
+            total, done = self._replica_read_once(session, request.replica_id, todo, plan.full,
+                                                  answers, total, max_bytes)
+            remaining = deadline - loop.time()
+            replaced = plan.cached and self._sessions.get(session.session_id) is not session
+            if (done or total >= max(request.min_bytes, 1) or remaining <= 0
+                    or self.waiters.closed or replaced):
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(session.event.wait(), remaining)
+            todo = session.take_dirty()
+        self.replication_bytes_out += total
+        return list(answers.values())
+
+    def _replica_read_once(self, session: LeaderSession, replica: int,
+                           todo: Sequence[TopicPartition], full: bool,
+                           answers: dict[TopicPartition, Answer], total: int, max_bytes: int
+                           ) -> tuple[int, bool]:
+        """One pass over ``todo``: answers (those with news, or all when ``full``) go into
+        ``answers``; returns (bytes of records so far, answer now?)."""
         done = False
         now_ms = self._clock_ms()
-        for p in request.partitions:
-            out = PartitionAnswer(topic=p.topic, partition=p.partition, high_watermark=-1,
+        wanted_of = session.partitions
+        for tp in todo:
+            wanted = wanted_of.get(tp)
+            if wanted is None:
+                continue
+            out = PartitionAnswer(topic=tp[0], partition=tp[1], high_watermark=-1,
                                   log_start_offset=-1, log_end_offset=-1, diverging_epoch=-1,
                                   diverging_end_offset=-1)
             try:
-                records, now = self._serve_partition(p, request.replica_id, out, remaining,
-                                                     total == 0, now_ms)
+                records, now, pending = self._serve_partition(
+                    tp, wanted, replica, out, max_bytes - total, total == 0, now_ms)
             except StromError as err:
                 out.error_code = int(err.code)
                 out.error_message = err.message
-                answers.append((out, b""))
+                session.told.pop(tp, None)
+                answers[tp] = (out, b"")
                 done = True
                 continue
-            answers.append((out, records))
+            if pending:
+                session.dirty[tp] = None  # not sent yet (no room, throttled): look again
+            news = session.news(tp, out.high_watermark, out.log_start_offset,
+                                out.log_end_offset)
+            if full or records or news or out.diverging_epoch >= 0 or tp in answers:
+                answers[tp] = (out, records)
             total += len(records)
-            remaining -= len(records)
             done = done or now
-        self.replication_bytes_out += total
-        return answers, total, done
+        return total, done
 
-    def _serve_partition(self, p: replica_pb2.ReplicaFetchPartition, replica: int,
+    def _serve_partition(self, tp: TopicPartition, p: Wanted, replica: int,
                          out: PartitionAnswer, remaining: int, first: bool, now_ms: int
-                         ) -> tuple[bytes, bool]:
-        """Fill ``out``: (records to send, must the follower hear now?)."""
-        part = self._leader(p.topic, p.partition, p.current_leader_epoch)
+                         ) -> tuple[bytes, bool, bool]:
+        """Fill ``out``: (records to send, must the follower hear now?, are records left
+        unsent that the follower will not ask for again?)."""
+        topic, partition = tp
+        part = self._leader(topic, partition, p.current_leader_epoch)
         view, plog = part.view, part.log
         if replica not in part.assigned():
             raise StromError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                             f"broker {replica} is not a replica of {p.topic}-{p.partition} "
+                             f"broker {replica} is not a replica of {topic}-{partition} "
                              f"(replicas {list(view.replicas)}); refresh metadata")
         end = plog.log_end_offset
         out.log_start_offset = plog.log_start_offset
@@ -499,32 +550,32 @@ class ReplicaManager:
                                                    p.fetch_offset)
         except divergence.StaleLeader as exc:
             raise StromError(ErrorCode.FENCED_LEADER_EPOCH,
-                             f"{p.topic}-{p.partition}: {exc}; this leader is stale") from None
+                             f"{topic}-{partition}: {exc}; this leader is stale") from None
         if diverging is not None:
             out.diverging_epoch, out.diverging_end_offset = diverging
-            return b"", True
+            return b"", True, False
         if p.fetch_offset < plog.log_start_offset or p.fetch_offset > end:
             raise StromError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                             f"replica fetch offset {p.fetch_offset} of {p.topic}-{p.partition} "
+                             f"replica fetch offset {p.fetch_offset} of {topic}-{partition} "
                              f"is outside the leader's log [{plog.log_start_offset}, {end}]")
         self._record_follower(part, replica, p.fetch_offset, end, now_ms)
         out.high_watermark = plog.high_watermark
         if p.fetch_offset == end:
-            return b"", False
+            return b"", False, False
         throttled = (replica in view.adding and replica not in view.isr
                      and not self._bucket.unlimited)
         if throttled and not self._bucket.allows(time.monotonic()):
-            return b"", False
-        limit = min(p.partition_max_bytes or self.settings.fetch_max_bytes,
+            return b"", False, True
+        limit = min(p.max_bytes or self.settings.fetch_max_bytes,
                     self.settings.fetch_max_bytes, max(remaining, 0))
         records = plog.read(p.fetch_offset, max(limit, 1)).records
         if not first and len(records) > limit:
             records = whole_batches_within(records, limit)
         if not records:
-            return b"", True  # data exists but does not fit this response
+            return b"", True, True  # data exists but does not fit this response
         if throttled:
             self._bucket.charge(len(records), time.monotonic())
-        return records, next_offset_after(records) < end
+        return records, next_offset_after(records) < end, False
 
     def _record_follower(self, part: Partition, replica: int, fetch_offset: int,
                          leader_end: int, now_ms: int) -> None:
@@ -555,6 +606,8 @@ class ReplicaManager:
         except Exception as exc:
             log.warning("%s-%d: ISR %s %s -> %s failed (%s); will retry", *tp, kind,
                         list(view.isr), list(new_isr), exc)
+            if expand:  # retried on the follower's next fetch, which may not name tp again
+                self.waiters.mark(tp)
         else:
             if expand:
                 self.isr_expands += 1

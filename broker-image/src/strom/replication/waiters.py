@@ -3,20 +3,53 @@
 Consumer fetches, follower ReplicaFetches and acks=all produces all wait for "something changed
 on partition X" (an append, a high watermark move, a leadership change) and then re-check their
 own condition, so one primitive serves all three.
+
+A follower's fetch session (:mod:`strom.replication.sessions`) watches its partitions for as
+long as it lives instead of registering for each long-poll: :meth:`AppendWaiters.watch` once,
+then every :meth:`~AppendWaiters.notify` of a partition touches the sessions watching it (marks
+it for their next answer and wakes their long-poll), so a fetch costs what changed, not the
+partitions the session holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import Protocol
 
 TopicPartition = tuple[str, int]
+
+
+class Watcher(Protocol):
+    def touch(self, tp: TopicPartition, wake: bool = True) -> None: ...
+
+    def wake(self) -> None: ...
 
 
 class AppendWaiters:
     def __init__(self) -> None:
         self._waiting: dict[TopicPartition, set[asyncio.Event]] = {}
+        self._watchers: dict[TopicPartition, dict[Watcher, None]] = {}
         self.closed = False
+
+    def watch(self, tp: TopicPartition, watcher: Watcher) -> None:
+        """Touch ``watcher`` on every notify of ``tp`` until :meth:`unwatch`."""
+        self._watchers.setdefault(tp, {})[watcher] = None
+        if self.closed:
+            watcher.wake()
+
+    def unwatch(self, tp: TopicPartition, watcher: Watcher) -> None:
+        watchers = self._watchers.get(tp)
+        if watchers is not None:
+            watchers.pop(watcher, None)
+            if not watchers:
+                del self._watchers[tp]
+
+    def mark(self, tp: TopicPartition) -> None:
+        """Have the watchers of ``tp`` look at it in their next pass without waking them (a
+        retry that should wait for the next fetch, not spin)."""
+        for watcher in self._watchers.get(tp, ()):
+            watcher.touch(tp, False)
 
     def register(self, tps: Iterable[TopicPartition]) -> asyncio.Event:
         event = asyncio.Event()
@@ -38,6 +71,10 @@ class AppendWaiters:
     def notify(self, tp: TopicPartition) -> None:
         for event in self._waiting.get(tp, ()):
             event.set()
+        watchers = self._watchers.get(tp)
+        if watchers:
+            for watcher in watchers:
+                watcher.touch(tp)
 
     def close(self) -> None:
         """Wake every waiter now and never block again (graceful shutdown)."""
@@ -48,6 +85,8 @@ class AppendWaiters:
         for events in self._waiting.values():
             for event in events:
                 event.set()
+        for watcher in {w for ws in self._watchers.values() for w in ws}:
+            watcher.wake()
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._waiting.values())

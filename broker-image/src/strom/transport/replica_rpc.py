@@ -3,15 +3,14 @@ by hand (:mod:`strom.protocol.replica_fetch`) instead of by the generated servic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 import grpc
 
 from strom.protocol.replica_fetch import (
     METHOD,
-    Answer,
-    PartitionAnswer,
+    Received,
+    Response,
     decode_response,
     encode_response,
 )
@@ -23,7 +22,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 class ReplicaServicer(Protocol):
     async def ReplicaFetch(self, request: replica_pb2.ReplicaFetchRequest, context: Context
-                           ) -> Sequence[Answer]: ...
+                           ) -> Response: ...
 
 
 def add_to_server(server: grpc.aio.Server, servicer: ReplicaServicer) -> None:
@@ -34,7 +33,7 @@ def add_to_server(server: grpc.aio.Server, servicer: ReplicaServicer) -> None:
 
 
 def fetch_method(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable[
-        replica_pb2.ReplicaFetchRequest, list[tuple[PartitionAnswer, memoryview]]]:
+        replica_pb2.ReplicaFetchRequest, Received]:
     """The follower's ReplicaFetch call on ``channel``."""
     return channel.unary_unary(
         METHOD, request_serializer=replica_pb2.ReplicaFetchRequest.SerializeToString,

@@ -1,0 +1,91 @@
+"""A follower's side of its fetch session with one leader (Kafka's ``FetchSessionHandler``).
+
+The follower remembers what the leader's session holds for each partition (fetch offset, epoch
+of the last fetched record, leader epoch) and, per request, names only the partitions whose
+figures differ now, and those to forget. It only re-checks partitions that may have moved
+(*touched*: answered in the last response, added, given a new epoch, delayed or undelayed), so
+building a request costs what changed, not the partitions followed.
+
+Any doubt starts over with a full fetch (every partition, session epoch 0): the first request, a
+failed or interrupted call (the leader may or may not have applied it), a session error in the
+answer, or a leader that answered without a session (session id 0: it keeps none).
+
+Pure state, no I/O and no clock; :class:`~strom.replication.fetcher.ReplicaFetcher` drives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+TopicPartition = tuple[str, int]
+Key = tuple[int, int, int]
+"""(fetch offset, last fetched epoch, leader epoch): what the leader's session holds."""
+_MAX_EPOCH = 2**31 - 1
+
+
+class FollowerSession:
+    def __init__(self) -> None:
+        self.session_id = 0
+        self.epoch = 0
+        """The epoch of the next request: 0 is a full fetch."""
+        self.sent: dict[TopicPartition, Key] = {}
+        """Each partition as the leader's session holds it (after the last request)."""
+        self._touched: dict[TopicPartition, None] = {}
+
+    @property
+    def full(self) -> bool:
+        return self.epoch == 0
+
+    def touch(self, tp: TopicPartition) -> None:
+        """``tp`` may have moved: compare it with what the leader holds in the next request."""
+        self._touched[tp] = None
+
+    def reset(self) -> None:
+        """Start over: the next request is a full fetch (a new session replaces this one)."""
+        self.epoch = 0
+        self._touched.clear()
+
+    def request(self, partitions: Iterable[TopicPartition],
+                key_of: Callable[[TopicPartition], Key | None]
+                ) -> tuple[list[tuple[TopicPartition, Key]], list[TopicPartition]]:
+        """(partitions to name with their figures, partitions to forget) for the next request.
+
+        ``partitions`` are every followed partition (read only for a full fetch); ``key_of``
+        gives a partition's figures now, or None to leave it out (delayed, not followed)."""
+        if self.full:
+            self._touched.clear()
+            self.sent = {}
+            named = []
+            for tp in partitions:
+                key = key_of(tp)
+                if key is not None:
+                    named.append((tp, key))
+                    self.sent[tp] = key
+            return named, []
+        named, forgotten = [], []
+        for tp in self._touched:
+            key = key_of(tp)
+            if key is None:
+                if self.sent.pop(tp, None) is not None:
+                    forgotten.append(tp)
+            elif self.sent.get(tp) != key:
+                named.append((tp, key))
+                self.sent[tp] = key
+        self._touched.clear()
+        return named, forgotten
+
+    def answered(self, session_id: int, error_code: int) -> None:
+        """The leader answered the last request with ``session_id`` (0: none) and, at the top
+        level, ``error_code`` (a session error: start over)."""
+        if error_code or session_id == 0:
+            self.session_id = 0
+            self.reset()
+            return
+        if self.full:
+            self.session_id = session_id
+            self.epoch = 1
+        elif session_id != self.session_id:  # not the session we asked in: start over
+            self.session_id = 0
+            self.reset()
+        else:
+            self.epoch = 1 if self.epoch >= _MAX_EPOCH else self.epoch + 1

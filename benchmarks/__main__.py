@@ -197,6 +197,35 @@ def run_partition_scale(params: dict[str, Any], results: list[Result]) -> None:
         _progress(f"partition scale: wrote {png}")
 
 
+def run_partition_scale_rf3(params: dict[str, Any], results: list[Result]) -> None:
+    """Partition scale on 3 brokers at RF 3 (issue 21 item 7,
+    ``benchmarks/partition_scale_rf3.py``): per N, create until every ISR is full, idle
+    CPU / RSS / open files per broker, keyed produce with acks=all, kill -9 of a broker to new
+    leaders for all it led and to the first write, the restart back into every ISR."""
+    from benchmarks import partition_scale_rf3 as rf3
+
+    points = rf3.measure([int(c) for c in params["rf3_counts"]], int(params["rf3_records"]),
+                         float(params.get("rf3_max_seconds", 900.0)),
+                         float(params.get("scale_idle_seconds", 5.0)), _progress)
+    for p in points:
+        name = f"strom (3 brokers, {p.partitions} partitions RF 3)"
+        extra = {"victim_led": p.victim_led, "notes": p.notes, "load_avg": p.load_avg,
+                 "brokers": [vars(b) for b in p.brokers]}
+        for metric, value, unit, better in (
+                ("create -> all led, ISR full", p.create_s, "s", False),
+                ("keyed produce acks=all", p.produce_rps, "records/s", True),
+                ("kill -9 -> all new leaders", p.new_leaders_s, "s", False),
+                ("kill -9 -> first write", p.first_write_s, "s", False),
+                ("restart -> back in every ISR", p.back_in_isr_s, "s", False)):
+            if value is not None:
+                results.append(Result(name, "partition scale rf3", metric, value, unit,
+                                      higher_is_better=better, extra=extra))
+    print(rf3.format_points(points), file=sys.stderr)
+    png = RESULTS_DIR / "partition-scale-rf3.png"
+    if rf3.plot(points, png):
+        _progress(f"partition scale rf3: wrote {png}")
+
+
 def run_kafka_listener(params: dict[str, Any], results: list[Result]) -> None:
     """Strom's Kafka listener beside its gRPC path on one broker, same run (issue 14,
     ``benchmarks/kafka_listener.py``); a PNG beside the JSON when matplotlib is installed."""
@@ -696,6 +725,7 @@ PROFILES: dict[str, dict[str, Any]] = {
               "latency_seconds": 2, "big_log_bytes": 20_000_000,
               "partition_counts": (1, 100, 1000), "records_partitions": 5_000,
               "scale_counts": (10, 100), "scale_records": 5_000, "scale_idle_seconds": 1.0,
+              "rf3_counts": (100,), "rf3_records": 2_000, "rf3_max_seconds": 120.0,
               "records_replicated": 5_000, "records_replicated_1k": 5_000,
               "failovers": 1, "failover_faults": ("kill",), "repeats": 1,
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2,
@@ -706,6 +736,7 @@ PROFILES: dict[str, dict[str, Any]] = {
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
              "scale_counts": (10, 100, 1000), "scale_records": 200_000,
+             "rf3_counts": (1000,), "rf3_records": 100_000, "rf3_max_seconds": 900.0,
              "records_replicated": 300_000, "records_replicated_1k": 300_000,
              "failovers": 7, "failover_faults": ("kill", "kill-controller", "stop",
                                                  "partition"), "repeats": 3,
@@ -725,7 +756,7 @@ PROFILES["medium"] = {**PROFILES["full"], "records_100b": 200_000, "records_1k":
 
 SECTIONS: dict[str, Callable[[dict[str, Any], list[Result]], None]] = {
     "single": run_strom, "partitions": run_strom_partitions,
-    "partition-scale": run_partition_scale,
+    "partition-scale": run_partition_scale, "partition-scale-rf3": run_partition_scale_rf3,
     "replication": run_strom_replicated, "failover": run_failover, "groups": run_groups,
     "kafka-listener": run_kafka_listener,
     "kafka": run_kafka, "kafka-replication": run_kafka_replicated,

@@ -20,6 +20,11 @@ partition-scale`` runs it as a section of the suite (table + JSON). ``--keyed-on
 confluent-kafka on the Kafka listener, one broker, median of ``--repeats``; with ``--kafka``
 the same confluent-kafka rows against one Apache Kafka node beside it (the reference launcher),
 and each Strom row's ratio to Kafka's at the same N.
+
+``--brokers 3 --counts 1000,10000 [--max-seconds S]``: three brokers, RF 3, N partitions in all
+(issue 21 item 7: create until all led with full ISRs, idle CPU / RSS / open files per broker,
+keyed produce with acks=all, kill -9 of a broker to new leaders and to the first write, the
+restart back into every ISR): :mod:`benchmarks.partition_scale_rf3`.
 """
 
 from __future__ import annotations
@@ -416,10 +421,17 @@ def main(argv: list[str] | None = None) -> int:
                              "confluent-kafka on the Kafka listener, one broker, median of "
                              "--repeats")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                        help="3: three brokers, RF 3, N partitions in all, with a kill -9 "
+                             "failover (benchmarks/partition_scale_rf3.py)")
+    parser.add_argument("--max-seconds", type=float, default=900.0,
+                        help="with --brokers 3: the bound of every wait and of the produce")
     parser.add_argument("--kafka", action="store_true",
                         help="with --keyed-only: also run the confluent-kafka rows against one "
                              "Apache Kafka node (needs Java and the jars kafka-ref/fetch gets)")
     args = parser.parse_args(argv)
+    if args.brokers == 3:
+        return _main_rf3(args)
     if args.keyed_only:
         rows = measure_keyed([int(c) for c in args.counts.split(",")], args.records,
                              args.repeats, kafka=args.kafka)
@@ -438,6 +450,24 @@ def main(argv: list[str] | None = None) -> int:
             "load_avg_end": os.getloadavg(), "points": [asdict(p) for p in points]},
             indent=2) + "\n")
     if args.png is not None and not plot(points, args.png):
+        print("matplotlib is not installed: no PNG")
+    return 0
+
+
+def _main_rf3(args: argparse.Namespace) -> int:
+    from benchmarks import partition_scale_rf3 as rf3
+
+    counts = [int(c) for c in args.counts.split(",")]
+    points = rf3.measure(counts, args.records, args.max_seconds,
+                         progress=lambda m: print(m, flush=True))
+    print(rf3.format_points(points))
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "brokers": 3, "replication_factor": 3, "records": args.records,
+            "cores": os.cpu_count(), "max_seconds": args.max_seconds,
+            "load_avg_end": os.getloadavg(), "points": [asdict(p) for p in points]},
+            indent=2) + "\n")
+    if args.png is not None and not rf3.plot(points, args.png):
         print("matplotlib is not installed: no PNG")
     return 0
 

@@ -35,6 +35,7 @@ async def test_scrape_shows_replication_state(tmp_path: Path) -> None:
         assert "strom_isr_expands_total 1.0" in text
         assert "strom_isr_shrinks_total 0.0" in text
         assert "strom_replication_bytes_out_total" in text
+        assert "strom_replica_fetch_sessions 1.0" in text  # broker 1's one session
         follower = BrokerMetrics(1)
         follower.watch_replicas(cluster.nodes[1].m)
         ftext = generate_latest(follower.registry).decode()

@@ -296,6 +296,9 @@ class _ReplicationCollector(Collector):
                                 "by their preferred replica.", value=manager.offline_count())
         yield GaugeMetricFamily("strom_leader_partitions", "Partitions this broker leads.",
                                 value=manager.leader_count())
+        yield GaugeMetricFamily("strom_replica_fetch_sessions", "Followers' fetch sessions "
+                                "open on this broker (KIP-227; one per follower broker).",
+                                value=manager.fetch_sessions())
         yield GaugeMetricFamily("strom_replica_fetcher_max_lag", "Records the most-behind "
                                 "followed partition lacks, as of its last fetch.",
                                 value=manager.max_follower_lag())
@@ -333,7 +336,8 @@ EXPORTED = frozenset({
     "strom_log_size_bytes", "strom_log_end_offset", "strom_log_start_offset",
     "strom_log_high_watermark", "strom_broker_partitions", "strom_broker_active_connections",
     "strom_under_replicated_partitions", "strom_under_min_isr_partitions",
-    "strom_offline_partitions", "strom_leader_partitions", "strom_replica_fetcher_max_lag",
+    "strom_offline_partitions", "strom_leader_partitions", "strom_replica_fetch_sessions",
+    "strom_replica_fetcher_max_lag",
     "strom_replica_fetcher_lag", "strom_isr_shrinks_total", "strom_isr_expands_total",
     "strom_replication_bytes_in_total", "strom_replication_bytes_out_total",
     "strom_consumer_groups", "strom_consumer_group_committed_offset", "strom_consumer_group_lag",

@@ -106,6 +106,36 @@ async def test_leader_restart_makes_the_follower_start_over_with_a_full_fetch(
         await cluster.close()
 
 
+async def test_partitions_moving_in_during_a_long_poll_do_not_cost_a_full_fetch(
+        tmp_path: Path) -> None:
+    """A partition added to a follower's fetcher interrupts its long-poll (failover speed); the
+    next request retries the interrupted one in the session instead of naming every partition
+    again, and nothing appended meanwhile is left behind."""
+    cluster = Cluster(tmp_path, (0, 1), fetch_wait_max_ms=1000)
+    seen: list[_Seen] = []
+    try:
+        await cluster.start(0)
+        _record(cluster.nodes[0].m, seen)
+        await cluster.start(1)
+        for view in _views(50):
+            cluster.set_view(view)
+        leader = cluster.nodes[0].m
+        await wait_until(lambda: any(s.session_epoch > 0 for s in seen),
+                         what="the first incremental fetch")
+        mark = len(seen)
+        for i in range(5):
+            await leader.append("t", i, encode_batch([(b"k", b"before")]), 1, LogConfig(), 1000)
+            cluster.set_view(PartitionView("u", i, 0, 0, 0, (0, 1), (0, 1)))
+            await leader.append("u", i, encode_batch([(b"k", b"new")]), 1, LogConfig(), 1000)
+        for i in range(5):
+            for topic in ("t", "u"):
+                await wait_until(lambda t=topic, i=i: cluster.nodes[1].log(t, i).log_end_offset
+                                 == 1, timeout_s=4, what=f"{topic}-{i} replicated")
+        assert all(s.session_epoch > 0 for s in seen[mark:]), seen
+    finally:
+        await cluster.close()
+
+
 # -- the pure parts ----------------------------------------------------------------------------
 
 def _wanted(offset: int = 0) -> Wanted:
@@ -125,8 +155,13 @@ def test_session_rules() -> None:
     plan2 = cache.plan(1, sid, 1, [(a, _wanted(5))], [])
     assert plan2.session is plan.session and not plan2.full and plan2.todo == (b, a)
     assert plan.session.partitions[a].fetch_offset == 5
+    # the latest epoch again is a retry: what its answer told is told again
+    assert plan.session.news(a, 10, 0, 10)
+    plan.session.answering.add(a)
+    retry = cache.plan(1, sid, 1, [], [])
+    assert retry.error is None and retry.todo == (a,) and plan.session.news(a, 10, 0, 10)
     # wrong epoch, unknown id, another broker's id: start over
-    assert cache.plan(1, sid, 1, [], []).error == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    assert cache.plan(1, sid, 3, [], []).error == ErrorCode.INVALID_FETCH_SESSION_EPOCH
     assert cache.plan(1, sid + 1, 2, [], []).error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     assert cache.plan(2, sid, 2, [], []).error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     # forgotten partitions are no longer watched
@@ -162,6 +197,15 @@ def test_follower_session_names_only_changed_partitions() -> None:
     session.touch(("t", 4))
     named, forgotten = session.request(keys, keys.get)
     assert named == [] and forgotten == [("t", 4)]
+    # an interrupted request is retried with the same epoch, naming and forgetting again
+    session.interrupted()
+    named, forgotten = session.request(keys, keys.get)
+    assert named == [] and forgotten == [("t", 4)] and session.epoch == 2
+    keys[("t", 1)] = (3, 0, 0)
+    session.touch(("t", 1))
+    named, _ = session.request(keys, keys.get)
+    session.interrupted()
+    assert session.request(keys, keys.get) == (named, []) and session.epoch == 2
     session.answered(0, int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND))
     assert session.full and session.session_id == 0
     named, _ = session.request(keys, keys.get)

@@ -7,8 +7,12 @@ figures differ now, and those to forget. It only re-checks partitions that may h
 building a request costs what changed, not the partitions followed.
 
 Any doubt starts over with a full fetch (every partition, session epoch 0): the first request, a
-failed or interrupted call (the leader may or may not have applied it), a session error in the
-answer, or a leader that answered without a session (session id 0: it keeps none).
+failed call (the leader may have restarted), a session error in the answer, or a leader that
+answered without a session (session id 0: it keeps none). A call the follower interrupted
+(partitions moved to this leader during its long-poll) is retried instead: the next request
+carries the same epoch and names again what the interrupted one named or forgot, and the leader
+tells again what it answered to it (:mod:`strom.replication.sessions`), so thousands of
+partitions moving at once cost no full fetch each.
 
 Pure state, no I/O and no clock; :class:`~strom.replication.fetcher.ReplicaFetcher` drives it.
 """
@@ -21,6 +25,8 @@ TopicPartition = tuple[str, int]
 Key = tuple[int, int, int]
 """(fetch offset, last fetched epoch, leader epoch): what the leader's session holds."""
 _MAX_EPOCH = 2**31 - 1
+_UNKNOWN: Key = (-2, -2, -2)
+"""What the leader holds after a request it may or may not have applied: matches no position."""
 
 
 class FollowerSession:
@@ -31,6 +37,8 @@ class FollowerSession:
         self.sent: dict[TopicPartition, Key] = {}
         """Each partition as the leader's session holds it (after the last request)."""
         self._touched: dict[TopicPartition, None] = {}
+        self._last: list[TopicPartition] = []
+        """Partitions the last incremental request named or forgot."""
 
     @property
     def full(self) -> bool:
@@ -44,6 +52,15 @@ class FollowerSession:
         """Start over: the next request is a full fetch (a new session replaces this one)."""
         self.epoch = 0
         self._touched.clear()
+        self._last = []
+
+    def interrupted(self) -> None:
+        """The last request's answer will never arrive: retry it (same epoch), naming again
+        what it named or forgot (a full fetch is simply sent again)."""
+        for tp in self._last:
+            self.sent[tp] = _UNKNOWN  # named again if followed, else forgotten again
+            self._touched[tp] = None
+        self._last = []
 
     def request(self, partitions: Iterable[TopicPartition],
                 key_of: Callable[[TopicPartition], Key | None]
@@ -72,6 +89,7 @@ class FollowerSession:
                 named.append((tp, key))
                 self.sent[tp] = key
         self._touched.clear()
+        self._last = [tp for tp, _ in named] + forgotten
         return named, forgotten
 
     def answered(self, session_id: int, error_code: int) -> None:
@@ -81,6 +99,7 @@ class FollowerSession:
             self.session_id = 0
             self.reset()
             return
+        self._last = []
         if self.full:
             self.session_id = session_id
             self.epoch = 1

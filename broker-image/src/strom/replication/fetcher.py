@@ -18,8 +18,8 @@ The fetches run in a fetch session (Kafka's KIP-227; :mod:`strom.replication.fet
 here, :mod:`strom.replication.sessions` on the leader): after one full fetch, a request names
 only the partitions whose position or leader epoch changed, and the answer carries only the
 partitions with news, so a fetch costs what moved, not the partitions followed. A delayed
-partition is forgotten by the leader's session until its delay passes. An interrupted or failed
-call, or a session error, starts over with a full fetch.
+partition is forgotten by the leader's session until its delay passes. A failed call or a
+session error starts over with a full fetch; an interrupted one is retried in the session.
 """
 
 from __future__ import annotations
@@ -211,9 +211,9 @@ class ReplicaFetcher:
                        f"{from_rpc_error(exc)}")
             await self._sleep(backoff_s(self.failures, self._settings))
             return
-        if response is None:
-            session.reset()  # the leader may or may not have applied the request
-            return  # interrupted: partitions were added or changed epoch
+        if response is None:  # interrupted: partitions were added or changed epoch
+            session.interrupted()  # the next request retries it
+            return
         head, answers = response
         session.answered(head.session_id, head.error_code)
         if head.error_code:

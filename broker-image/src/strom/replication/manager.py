@@ -476,17 +476,20 @@ class ReplicaManager:
         answers: dict[TopicPartition, Answer] = {}
         todo: Sequence[TopicPartition] = plan.todo
         total = 0
+        generation = session.generation
         while True:
             session.event.clear()
             total, done = self._replica_read_once(session, request.replica_id, todo, plan.full,
                                                   answers, total, max_bytes)
+            session.answering.update(answers)
             remaining = deadline - loop.time()
-            replaced = plan.cached and self._sessions.get(session.session_id) is not session
-            if (done or total >= max(request.min_bytes, 1) or remaining <= 0
-                    or self.waiters.closed or replaced):
+            if done or total >= max(request.min_bytes, 1) or remaining <= 0:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(session.event.wait(), remaining)
+            replaced = plan.cached and self._sessions.get(session.session_id) is not session
+            if self.waiters.closed or replaced or session.generation != generation:
+                break  # shutting down, or a newer request of the follower took the session
             todo = session.take_dirty()
         self.replication_bytes_out += total
         return list(answers.values())

@@ -18,10 +18,16 @@ The rules (Kafka's ``FetchManager.newContext``, by the request's session id and 
   cache needs no eviction policy: Kafka keeps 1,000 slots for consumers and followers together);
 - epoch -1: a full fetch without a session (answered with session id 0);
 - epoch N > 0 with session id X: incremental: X unknown (e.g. the leader restarted) is
-  FETCH_SESSION_ID_NOT_FOUND, N not the next epoch is INVALID_FETCH_SESSION_EPOCH, either way the
-  follower starts over with a full fetch. Otherwise the request's partitions are added or updated,
-  ``forgotten`` ones dropped, and the answer carries partitions with records, an error, a
-  divergence or a moved high watermark / log start / log end offset.
+  FETCH_SESSION_ID_NOT_FOUND, N neither the next epoch nor the last one is
+  INVALID_FETCH_SESSION_EPOCH, either way the follower starts over with a full fetch. Otherwise
+  the request's partitions are added or updated, ``forgotten`` ones dropped, and the answer
+  carries partitions with records, an error, a divergence or a moved high watermark / log start
+  / log end offset.
+- Not in Kafka: N equal to the *last* epoch is a retry of that request, whose answer the follower
+  never got (it interrupted the long-poll because partitions moved to this leader, the failover
+  case): whatever that answer told is forgotten, so its partitions are answered again. Kafka's
+  followers do not interrupt a fetch; a full fetch after each interruption would cost as much as
+  sessions save when thousands of partitions move at once.
 
 Pure state (no I/O, no clock); the replica manager reads the logs. Owned by the event loop.
 """
@@ -82,6 +88,10 @@ class LeaderSession:
     """Partitions to look at in the next pass (insertion ordered: a set that keeps order)."""
     event: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when a watched partition changed (wakes the session's long-poll)."""
+    answering: set[TopicPartition] = field(default_factory=set)
+    """Partitions the answer to the latest request carries (so far): told again on a retry."""
+    generation: int = 0
+    """Bumped by each request: a long-poll of an older request of the session stops."""
 
     def touch(self, tp: TopicPartition, wake: bool = True) -> None:
         """Something changed on ``tp`` here (called by the waiters): look at it next pass."""
@@ -112,8 +122,17 @@ class LeaderSession:
         told.log_end_offset = log_end_offset
         return True
 
-    def bump(self) -> None:
-        self.next_epoch = 1 if self.next_epoch >= _MAX_EPOCH else self.next_epoch + 1
+    def forget_answer(self) -> None:
+        """The follower never got the answer to the latest request: tell it all again."""
+        for tp in self.answering:
+            self.told.pop(tp, None)
+            if tp in self.partitions:
+                self.dirty[tp] = None
+        self.answering.clear()
+
+
+def next_epoch(epoch: int) -> int:
+    return 1 if epoch >= _MAX_EPOCH else epoch + 1
 
 
 @dataclass(frozen=True)
@@ -177,12 +196,17 @@ class SessionCache:
                         message=f"fetch session {session_id} of broker {replica_id} is not "
                                 "known here (this broker restarted or replaced it); send a "
                                 "full fetch")
-        if epoch != found.next_epoch:
+        if next_epoch(epoch) == found.next_epoch:  # a retry of the latest request
+            found.forget_answer()
+        elif epoch != found.next_epoch:
             return Plan(error=ErrorCode.INVALID_FETCH_SESSION_EPOCH,
                         message=f"fetch session {session_id} expects epoch "
                                 f"{found.next_epoch}, got {epoch}; send a full fetch")
         session = found
-        session.bump()
+        session.next_epoch = next_epoch(epoch)
+        session.answering.clear()
+        session.generation += 1
+        session.event.set()  # an older request still long-polling on the session ends
         for tp in forgotten:
             if session.partitions.pop(tp, None) is not None:
                 self._watchers.unwatch(tp, session)

@@ -232,6 +232,27 @@ async def test_missing_heartbeats_fence_and_move_leadership_then_rebalance(
     assert cluster.leader("t", 1) == 1  # 0 is not in t-1's ISR: no election there
 
 
+async def test_fencing_a_broker_in_thousands_of_isrs_moves_every_partition(
+    cluster: Cluster,
+) -> None:
+    """A tick proposes a bounded number of commands; the fenced broker's remaining partition
+    changes follow on the next ticks (they used to be dropped: with 3 brokers and 10,000
+    partitions at RF 3, every partition after the first ~2,000 kept its dead leader)."""
+    await cluster.live(0, 1, 2)
+    n = 5000
+    await cluster.propose(CreateTopic("t", "tid", tuple(
+        tuple((p + k) % 3 for k in range(3)) for p in range(n))))
+    assert sum(cluster.leader("t", p) == 0 for p in range(n)) > n // 4
+    await cluster.advance(1.2, heartbeating=(1, 2))
+    await cluster.until(lambda i: i.brokers[0].fenced, "broker 0 to be fenced")
+    for _ in range(20):
+        await cluster.advance(0.01, heartbeating=(1, 2))
+    led = [p for p in range(n) if cluster.leader("t", p) in (0, NO_LEADER)]
+    stale = [p for p in range(n) if 0 in cluster.isr("t", p)]
+    assert not led and not stale, (f"{len(led)} partitions still led by broker 0, "
+                                   f"{len(stale)} with it in their ISR")
+
+
 async def test_no_rebalance_when_disabled() -> None:
     c = Cluster(MemoryRaftLog(), Clock(), auto_leader_rebalance=False)
     await c.start()

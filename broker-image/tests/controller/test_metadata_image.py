@@ -144,6 +144,7 @@ def test_fencing_moves_leadership_to_the_next_live_isr_member() -> None:
     assert (p0.leader, p0.isr, p0.leader_epoch) == (1, [1, 2], 1)
     assert (p1.leader, p1.isr, p1.leader_epoch) == (1, [1, 2], 0)
     assert (p2.leader, p2.isr) == (NO_LEADER, [0])  # the last ISR member stays, no clean leader
+    assert changes_for_fenced_broker(image, 0) == []  # done: computing again changes nothing
 
 
 def test_a_new_registration_is_fenced_until_unfenced_with_its_incarnation() -> None:

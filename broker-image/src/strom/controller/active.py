@@ -136,6 +136,10 @@ class ActiveController:
         """Broker id -> clock() of its last heartbeat (in memory only, as in Kafka)."""
         self._shutting_down: dict[int, str] = {}
         """Broker id -> incarnation of brokers in controlled shutdown."""
+        self._fencing: set[int] = set()
+        """Fenced brokers whose partition changes may not all be proposed yet: a tick proposes
+        a bounded number of commands, and a broker in the ISR of 10,000 partitions needs
+        10,000 changes; the rest are recomputed and proposed on the next ticks."""
         self._last_rebalance = 0.0
         self._last_tick = 0.0
         """clock() of the last tick while active (0 before the first)."""
@@ -259,6 +263,7 @@ class ActiveController:
             self._last_tick = 0.0
             self._sessions.clear()
             self._shutting_down.clear()
+            self._fencing.clear()
             self._cancel_probes()
         if not self._ready:
             if min(node.last_applied, self._driver.image.offset) < self._ready_index:
@@ -267,6 +272,7 @@ class ActiveController:
         now = self._clock()
         self._forgive_stall(now)
         await self._fence_expired(now)
+        await self._finish_fencing()
         await self._controlled_shutdowns()
         await self._elections(now)
 
@@ -281,6 +287,8 @@ class ActiveController:
             if not b.fenced:
                 self._sessions[b.broker_id] = now
                 self._probe_now.add(b.broker_id)
+            else:  # the old controller may not have proposed all its changes
+                self._fencing.add(b.broker_id)
         self._last_rebalance = now
         self._ready = True
         log.info(
@@ -325,7 +333,22 @@ class ActiveController:
             commands = fence_changes(image, b.broker_id)
             log.info("fencing broker %d: %s; %d partition changes", b.broker_id, why,
                      len(commands) - 1)
+            self._fencing.add(b.broker_id)
             await self._propose_all(commands)
+
+    async def _finish_fencing(self) -> None:
+        """Propose the partition changes of fenced brokers that one tick did not hold (their
+        leaderships moved, their ISR memberships dropped), a bounded number per tick."""
+        for broker_id in sorted(self._fencing):
+            image = self._driver.image
+            reg = image.brokers.get(broker_id)
+            changes = fence_changes(image, broker_id)[1:] if reg is not None and reg.fenced \
+                else []
+            if not changes:
+                self._fencing.discard(broker_id)
+                continue
+            log.info("fencing broker %d: %d partition changes left", broker_id, len(changes))
+            await self._propose_all(changes)
 
     def _refused(self, broker_id: int, endpoints: Sequence[Endpoint], last: float,
                  now: float) -> bool:
@@ -385,6 +408,7 @@ class ActiveController:
                 image = self._driver.image
             if shutdown_ready(image, broker_id):
                 log.info("fencing broker %d: controlled shutdown is complete", broker_id)
+                self._fencing.add(broker_id)
                 await self._propose_all(fence_changes(image, broker_id))
 
     def unclean_allowed(self, topic: str) -> bool:

@@ -694,8 +694,9 @@ def changes_for_fenced_broker(image: MetadataImage, broker_id: int) -> list[Chan
                 continue
             isr = [r for r in p.isr if r != broker_id]
             if not isr:
-                out.append(ChangePartition(name, index, leader=NO_LEADER))
-                continue
+                if p.leader != NO_LEADER:
+                    out.append(ChangePartition(name, index, leader=NO_LEADER))
+                continue  # (already leaderless: nothing to change, the broker stays in the ISR)
             leader = p.leader
             if leader in (broker_id, NO_LEADER):
                 live = [r for r in p.replicas if r in isr and not image.brokers[r].fenced

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from strom.broker.alter_partition import AlterPartitionManager
 from strom.broker.cluster import ClusterLink
 from strom.broker.config import BrokerConfig
 from strom.broker.coordinator import GroupCoordinator, GroupSettings
@@ -26,12 +27,12 @@ from strom.broker.producer_ids import ProducerIdManager
 from strom.broker.publisher import MetadataPublisher
 from strom.broker.topics import TopicManager
 from strom.controller.metadata import (
-    ChangePartition,
     Command,
     CreateTopic,
     Endpoint,
     LogDirsOffline,
     MetadataImage,
+    PartitionState,
 )
 from strom.protocol.errors import StromError
 from strom.replication.manager import ReplicaManager
@@ -62,6 +63,7 @@ class BrokerCore:
     producer_ids: ProducerIdManager
     metrics: BrokerMetrics
     groups: GroupCoordinator
+    isr_changes: AlterPartitionManager
     _stopped: bool = False
     _loader: asyncio.Task[None] | None = None
 
@@ -82,12 +84,12 @@ class BrokerCore:
                           producer_id_expiration_ms=int(config.get("producer.id.expiration.ms")),
                           recovery_threads=int(config.get("num.recovery.threads.per.data.dir")))
 
-        async def alter_isr(topic: str, partition: int, isr: tuple[int, ...],
-                            expected_epoch: int) -> None:
-            await link.propose(ChangePartition(topic, partition, isr=isr,
-                                               expected_partition_epoch=expected_epoch))
+        def partition_state(topic: str, partition: int) -> PartitionState | None:
+            t = link.image.topics.get(topic)
+            return t.partitions.get(partition) if t is not None else None
 
-        replicas = ReplicaManager(_replication_settings(config), logs, alter_isr,
+        isr_changes = AlterPartitionManager(link.propose, partition_state)
+        replicas = ReplicaManager(_replication_settings(config), logs, isr_changes.alter_isr,
                                   metadata.broker_address)
         metrics = BrokerMetrics(config.broker_id, config.cluster_id, _version())
         topics = TopicManager(config, metadata, link.propose)
@@ -103,7 +105,7 @@ class BrokerCore:
                                   replicas, topics, metrics)
         publisher.on_leadership = groups.on_leadership
         core = cls(config, link, metadata, logs, replicas, publisher, topics, producer_ids,
-                   metrics, groups)
+                   metrics, groups, isr_changes)
         holder.append(core)
         for directory in logs.log_dirs:
             metrics.log_dir_offline.labels(str(directory)).set(0)
@@ -252,6 +254,7 @@ class BrokerCore:
         await self.publisher.stop()
         self.replicas.waiters.close()
         await self.replicas.stop()
+        await self.isr_changes.stop()
         await self.link.stop()
         self.logs.close()
 

@@ -5,6 +5,7 @@ ReplicaFetch named, and every answer carried, every partition."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -132,6 +133,30 @@ async def test_partitions_moving_in_during_a_long_poll_do_not_cost_a_full_fetch(
                 await wait_until(lambda t=topic, i=i: cluster.nodes[1].log(t, i).log_end_offset
                                  == 1, timeout_s=4, what=f"{topic}-{i} replicated")
         assert all(s.session_epoch > 0 for s in seen[mark:]), seen
+    finally:
+        await cluster.close()
+
+
+async def test_an_append_after_a_long_idle_spell_does_not_drop_the_follower(
+        tmp_path: Path) -> None:
+    """An idle partition is not looked at by incremental fetches, so its follower's caught-up
+    time is not refreshed by them (Kafka's leader refreshes it on every fetch); the leader
+    records it when it appends. Without that, an ISR check between the append and the
+    follower's next fetch dropped a follower that had been caught up all along."""
+    cluster = Cluster(tmp_path, (0, 1), isr_check_interval_ms=60_000)
+    try:
+        await cluster.start(0)
+        await cluster.start(1)
+        cluster.set_view(PartitionView("t", 0, 0, 0, 0, (0, 1), (0, 1)))
+        leader = cluster.nodes[0].m
+        await leader.append("t", 0, encode_batch([(b"k", b"1")]), -1, LogConfig(), 5000)
+        lag_s = cluster.nodes[0].settings.replica_lag_time_max_ms / 1000
+        calls = cluster.alter_calls
+        await asyncio.sleep(lag_s * 2)  # idle for longer than the lag time, fetching
+        await leader.append("t", 0, encode_batch([(b"k", b"2")]), 1, LogConfig(), 5000)
+        leader.check_isr()  # before the follower fetched the new batch
+        await asyncio.sleep(0.05)
+        assert cluster.alter_calls == calls and cluster.view().isr == (0, 1)
     finally:
         await cluster.close()
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -375,9 +376,29 @@ class ReplicaManager:
                              f"catch up, lower min.insync.replicas or use acks=1")
 
     def _appended(self, part: Partition, tp: tuple[str, int]) -> None:
+        self._caught_up_until_now(part, tp)
         if part.advance_high_watermark():
             self._acks.notify(tp)
         self.waiters.notify(tp)
+
+    def _caught_up_until_now(self, part: Partition, tp: TopicPartition) -> None:
+        """Before the log end offset moves: a follower that was at the end when its fetch
+        session last looked at ``tp`` (nothing was appended since) was caught up at each of its
+        fetches since, the latest included. Kafka's leader records that on every fetch for
+        every partition of the session; here idle partitions are not looked at, so it is
+        recorded now, while it still holds, or an append after a long idle spell would make
+        the follower look ``replica.lag.time.max.ms`` behind until its next fetch (and a
+        shrink check in between would drop it from the ISR)."""
+        for replica, state in part.followers.items():
+            if not 0 <= state.last_fetch_leader_end_offset <= state.log_end_offset:
+                continue
+            session = self._sessions.of_replica(replica)
+            if session is None or tp not in session.partitions:
+                continue  # not fetching it: its caught-up time stays as it was
+            seen = session.last_request_ms
+            if seen > state.last_caught_up_ms:
+                part.followers[replica] = dataclasses.replace(
+                    state, last_caught_up_ms=seen, last_fetch_ms=max(state.last_fetch_ms, seen))
 
     async def _replicated(self, part: Partition, tp: tuple[str, int], generation: int,
                           epoch: int, result: AppendResult, config: LogConfig, deadline: float,
@@ -460,6 +481,7 @@ class ReplicaManager:
             return (replica_pb2.ReplicaFetchResponse(
                 error_code=int(plan.error or ErrorCode.UNKNOWN_SERVER_ERROR),
                 error_message=plan.message), [])
+        session.last_request_ms = self._clock_ms()
         head = replica_pb2.ReplicaFetchResponse(session_id=session.session_id)
         try:
             return head, await self._serve_session(request, session, plan)

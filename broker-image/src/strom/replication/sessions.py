@@ -92,6 +92,8 @@ class LeaderSession:
     """Partitions the answer to the latest request carries (so far): told again on a retry."""
     generation: int = 0
     """Bumped by each request: a long-poll of an older request of the session stops."""
+    last_request_ms: int = 0
+    """When the follower's latest request arrived (set by the replica manager)."""
 
     def touch(self, tp: TopicPartition, wake: bool = True) -> None:
         """Something changed on ``tp`` here (called by the waiters): look at it next pass."""
@@ -165,6 +167,10 @@ class SessionCache:
 
     def get(self, session_id: int) -> LeaderSession | None:
         return self._by_id.get(session_id)
+
+    def of_replica(self, replica_id: int) -> LeaderSession | None:
+        """The follower broker's current session, if it has one."""
+        return self._by_replica.get(replica_id)
 
     def plan(self, replica_id: int, session_id: int, epoch: int,
              requested: Iterable[tuple[TopicPartition, Wanted]],

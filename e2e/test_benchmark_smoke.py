@@ -41,6 +41,9 @@ def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
     for parts in ("1 partition", "100 partitions", "1000 partitions"):
         assert (f"strom ({parts})", "partitions", "produce") in rows
     assert ("strom (1000 partitions)", "partitions", "RSS per partition") in rows
+    for metric in ("create -> all led, ISR full", "kill -9 -> all new leaders",
+                   "kill -9 -> first write", "restart -> back in every ISR"):
+        assert ("strom (3 brokers, 100 partitions RF 3)", "partition scale rf3", metric) in rows
     values = [r["value"] for r in doc["results"] if r["system"] == "strom"]
     assert all(v > 0 for v in values)
     # Apache Kafka is the main peer (issue 20): the same workloads through confluent-kafka on

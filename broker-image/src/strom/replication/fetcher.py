@@ -196,7 +196,7 @@ class ReplicaFetcher:
             await self._sleep(backoff_s(self.failures, self._settings))
             return
         session = self.session
-        request = self._request(now)
+        request = self._request()
         if not session.sent:  # no partition can be fetched (e.g. none has a position)
             session.reset()
             await self._sleep(backoff_s(1, self._settings))
@@ -269,7 +269,7 @@ class ReplicaFetcher:
             return None
         return position.fetch_offset, position.last_fetched_epoch, state.leader_epoch
 
-    def _request(self, now: float) -> replica_pb2.ReplicaFetchRequest:
+    def _request(self) -> replica_pb2.ReplicaFetchRequest:
         """The next request: every fetchable partition in a full fetch, else only those whose
         figures changed since the last request, and those to forget."""
         settings = self._settings

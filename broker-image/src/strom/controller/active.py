@@ -136,10 +136,11 @@ class ActiveController:
         """Broker id -> clock() of its last heartbeat (in memory only, as in Kafka)."""
         self._shutting_down: dict[int, str] = {}
         """Broker id -> incarnation of brokers in controlled shutdown."""
-        self._fencing: set[int] = set()
-        """Fenced brokers whose partition changes may not all be proposed yet: a tick proposes
-        a bounded number of commands, and a broker in the ISR of 10,000 partitions needs
-        10,000 changes; the rest are recomputed and proposed on the next ticks."""
+        self._fencing: dict[int, int] = {}
+        """Broker id -> registration epoch of brokers this controller fenced whose partition
+        changes may not all be proposed yet: a tick proposes a bounded number of commands, and
+        a broker in the ISR of 10,000 partitions needs 10,000 changes; the rest are recomputed
+        and proposed on the next ticks (until the broker registers again)."""
         self._last_rebalance = 0.0
         self._last_tick = 0.0
         """clock() of the last tick while active (0 before the first)."""
@@ -287,8 +288,6 @@ class ActiveController:
             if not b.fenced:
                 self._sessions[b.broker_id] = now
                 self._probe_now.add(b.broker_id)
-            else:  # the old controller may not have proposed all its changes
-                self._fencing.add(b.broker_id)
         self._last_rebalance = now
         self._ready = True
         log.info(
@@ -333,19 +332,19 @@ class ActiveController:
             commands = fence_changes(image, b.broker_id)
             log.info("fencing broker %d: %s; %d partition changes", b.broker_id, why,
                      len(commands) - 1)
-            self._fencing.add(b.broker_id)
+            self._fencing[b.broker_id] = b.epoch
             await self._propose_all(commands)
 
     async def _finish_fencing(self) -> None:
         """Propose the partition changes of fenced brokers that one tick did not hold (their
         leaderships moved, their ISR memberships dropped), a bounded number per tick."""
-        for broker_id in sorted(self._fencing):
+        for broker_id, epoch in sorted(self._fencing.items()):
             image = self._driver.image
             reg = image.brokers.get(broker_id)
-            changes = fence_changes(image, broker_id)[1:] if reg is not None and reg.fenced \
-                else []
-            if not changes:
-                self._fencing.discard(broker_id)
+            current = reg is not None and reg.fenced and reg.epoch == epoch
+            changes = fence_changes(image, broker_id)[1:] if current else []
+            if not changes:  # done, or it registered again (its partitions are its own then)
+                del self._fencing[broker_id]
                 continue
             log.info("fencing broker %d: %d partition changes left", broker_id, len(changes))
             await self._propose_all(changes)
@@ -408,7 +407,7 @@ class ActiveController:
                 image = self._driver.image
             if shutdown_ready(image, broker_id):
                 log.info("fencing broker %d: controlled shutdown is complete", broker_id)
-                self._fencing.add(broker_id)
+                self._fencing[broker_id] = image.brokers[broker_id].epoch
                 await self._propose_all(fence_changes(image, broker_id))
 
     def unclean_allowed(self, topic: str) -> bool:

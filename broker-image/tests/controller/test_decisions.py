@@ -214,6 +214,15 @@ def test_preferred_election() -> None:
     assert imbalanced_partitions(log.image) == []
 
 
+def test_fencing_moves_leaderships_before_it_shrinks_isrs() -> None:
+    log = _with_topic(tuple((1, 0, 2) if p % 2 else (0, 1, 2) for p in range(6)))
+    commands = fence_changes(log.image, 0)
+    assert isinstance(commands[0], FenceBroker)
+    changes = [c for c in commands[1:] if isinstance(c, ChangePartition)]
+    assert [c.partition for c in changes] == [0, 2, 4, 1, 3, 5]
+    assert all(c.leader == 1 for c in changes[:3])
+
+
 def test_unclean_election() -> None:
     log = _with_topic(((0, 1, 2),))
     with pytest.raises(MetadataError) as info:

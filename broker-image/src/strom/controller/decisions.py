@@ -344,9 +344,13 @@ def offline_replica_changes(image: MetadataImage) -> list[ChangePartition]:
 
 
 def fence_changes(image: MetadataImage, broker_id: int) -> list[Command]:
-    """``FenceBroker`` then the partition changes that go with it, for one ``Batch``."""
-    out: list[Command] = [FenceBroker(broker_id)]
+    """``FenceBroker`` then the partition changes that go with it, leadership moves first (a
+    fencing with thousands of changes is proposed over several ticks; partitions without a
+    live leader wait, the others only lose a follower from their ISR)."""
+    moves: list[Command] = []
+    shrinks: list[Command] = []
     for change in changes_for_fenced_broker(image, broker_id):
-        epoch = image.partition(change.topic, change.partition).partition_epoch
-        out.append(replace(change, expected_partition_epoch=epoch))
-    return out
+        p = image.partition(change.topic, change.partition)
+        target = moves if p.leader == broker_id else shrinks
+        target.append(replace(change, expected_partition_epoch=p.partition_epoch))
+    return [FenceBroker(broker_id), *moves, *shrinks]

@@ -50,14 +50,16 @@ def _leaders(cluster: Cluster, via: int) -> dict[int, int]:
     return {p.partition: p.leader for p in topic.partitions}
 
 
-def _read_all(bootstrap: str, wanted: int) -> dict[tuple[int, int], bytes | None]:
+def _read_all(bootstrap: str, wanted: set[tuple[int, int]]) -> dict[tuple[int, int], bytes | None]:
+    """Every record from the start until each (partition, offset) in ``wanted`` was read (at
+    most 60 s)."""
     seen: dict[tuple[int, int], bytes | None] = {}
     with Consumer(bootstrap) as consumer:
         tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
         deadline = time.monotonic() + 60
-        while len(seen) < wanted and time.monotonic() < deadline:
+        while not wanted <= seen.keys() and time.monotonic() < deadline:
             for r in consumer.poll(500):
                 seen[(r.partition, r.offset)] = r.value
     return seen
@@ -111,7 +113,7 @@ def test_kill_9_moves_every_led_partition_within_the_failover_bound(tmp_path: Pa
 
         cluster.wait_until(back_in_isr, timeout=60, interval=0.25,
                            what=f"broker {victim} back in every ISR")
-        seen = _read_all(cluster.bootstrap, len(acked))
+        seen = _read_all(cluster.bootstrap, set(acked))
         lost = {k: v for k, v in acked.items() if seen.get(k) != v}
         assert not lost, f"{len(lost)} acknowledged records not read back, e.g. " \
                          f"{sorted(lost.items())[:5]}"

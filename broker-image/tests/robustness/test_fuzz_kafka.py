@@ -342,7 +342,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         broker.stop()
 
 
-def _records(data: bytes | None) -> int:
+def _records(data: bytes | memoryview | None) -> int:
     """Records in the whole batches of ``data`` (0 if they do not even frame)."""
     try:
         return sum(h.last_offset_delta + 1 for h in iter_headers(data or b""))
@@ -351,25 +351,25 @@ def _records(data: bytes | None) -> int:
 
 
 def _unanswered(outcome: Outcome, request: Request) -> None:
-    for topic in request.body.topic_data:
-        if getattr(topic, "name", None) == "kfuzz-a":
-            for part in topic.partition_data:
-                if part.index in outcome.unaccounted:
-                    outcome.unaccounted[part.index] += _records(part.records)
+    for topic in request.body.topics:  # a produce_request.ProduceBody
+        if topic.name == "kfuzz-a":
+            for part in topic.partitions:
+                if part.partition in outcome.unaccounted:
+                    outcome.unaccounted[part.partition] += _records(part.records)
 
 
 def _account(outcome: Outcome, request: Request, answer: bytes) -> None:
     """Offsets a fuzzed Produce was told it wrote to kfuzz-a."""
     body = request.body
     sent: dict[int, bytes] = {}
-    for topic in body.topic_data:  # v13 names topics by id: fuzzed ids never name kfuzz-a
-        if getattr(topic, "name", None) != "kfuzz-a":
+    for topic in body.topics:  # v13 names topics by id: fuzzed ids never name kfuzz-a
+        if topic.name != "kfuzz-a":
             continue
-        for part in topic.partition_data:
-            if part.index in sent and part.index in outcome.unaccounted:  # which answer is it?
-                outcome.unaccounted[part.index] += _records(part.records) + _records(
-                    sent[part.index])
-            sent[part.index] = part.records or b""
+        for part in topic.partitions:
+            if part.partition in sent and part.partition in outcome.unaccounted:  # which one?
+                outcome.unaccounted[part.partition] += _records(part.records) + _records(
+                    sent[part.partition])
+            sent[part.partition] = bytes(part.records or b"")
     if not sent:
         return
     if int(body.acks) == 0:

@@ -21,6 +21,11 @@ What a frame becomes (:func:`parse_request`):
   that does not fit in the bytes left: checked by ``declared_lengths`` before kio reads the
   frame, because kio's native reader would allocate it and a failed allocation aborts the
   process (Kafka's readers refuse it the same way).
+
+A Produce request's body is a ``produce_request.ProduceBody`` (the handler's form), not kio's
+entity: read in one pass by ``produce_request.read_produce`` for the common shape (no
+transactional id, no tagged fields, ...: the pipelined-Produce hot path), else made from the
+entity the general path above read; a frame it declines takes that path, checks and all.
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 
 from strom.broker.kafka.declared_lengths import check_lengths, fields
+from strom.broker.kafka.produce_request import from_kio, read_produce
 
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every version
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
@@ -54,7 +61,8 @@ class Request:
     correlation_id: int
     client_id: str
     body: Any
-    """The kio request entity of ``api_key`` at ``api_version``."""
+    """The kio request entity of ``api_key`` at ``api_version``; for Produce a
+    ``produce_request.ProduceBody``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +121,22 @@ def parse_request(frame: bytes | memoryview,
             return ApiVersionsFallback(correlation_id, api_version)
         return Reject(f"API key {api_key} version {api_version} is not supported "
                       f"(this broker serves {low}..{high})")
+    if api_key != PRODUCE_KEY:
+        return parse_general(frame, api_key, api_version, correlation_id)
+    common = read_produce(frame, request_type(api_key, api_version))
+    if common is not None:
+        return Request(api_key, api_version, correlation_id, common[0] or "", common[1])
+    parsed = parse_general(frame, api_key, api_version, correlation_id)
+    if isinstance(parsed, Request):
+        return Request(api_key, api_version, correlation_id, parsed.client_id,
+                       from_kio(parsed.body))
+    return parsed
+
+
+def parse_general(frame: bytes | memoryview, api_key: int, api_version: int,
+                  correlation_id: int) -> Parsed:
+    """The general path of :func:`parse_request` for a served API and version: lengths
+    checked, then kio's reader, then the null check (the body: kio's entity, Produce's too)."""
     try:
         body_type = request_type(api_key, api_version)
         too_long = check_lengths(frame, body_type.__header_schema__, body_type)

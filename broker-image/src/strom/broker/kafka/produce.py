@@ -24,8 +24,9 @@ from typing import Any
 from kio.serial.readers import tz_aware_from_i64
 
 from strom.broker import produce
-from strom.broker.kafka.context import NO_THROTTLE, Context, code, ms, topic_uuid
+from strom.broker.kafka.context import NO_THROTTLE, Context, code, topic_uuid
 from strom.broker.kafka.frames import ResponseTemplate
+from strom.broker.kafka.produce_request import ProduceBody
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import PartitionData, ProduceRequest
 
@@ -132,14 +133,12 @@ def _run_answer(ctx: Context, prepared: _Prepared, part: Any,
 
 
 def _prepare(ctx: Context) -> _Prepared:
-    body = ctx.body
+    body: ProduceBody = ctx.body
     core = ctx.core
     by_id = None
     slots: list[_Slot] = []
     data: list[PartitionData] = []
-    for topic in body.topic_data:
-        topic_id = getattr(topic, "topic_id", None)
-        name = getattr(topic, "name", None)
+    for name, topic_id, partitions in body.topics:
         error = None
         if name is None:
             if by_id is None:
@@ -148,11 +147,11 @@ def _prepare(ctx: Context) -> _Prepared:
             if not name:
                 error = StromError(ErrorCode.UNKNOWN_TOPIC_ID,
                                    f"topic id {topic_id} is unknown; refresh metadata")
-        for p in topic.partition_data:
-            slots.append(_Slot(name, topic_id, p.index, error))
+        for partition, records in partitions:
+            slots.append(_Slot(name, topic_id, partition, error))
             if error is None:
-                data.append(PartitionData(name, p.index, memoryview(p.records or b"")))
-    return _Prepared(slots, ProduceRequest(int(body.acks), ms(body.timeout), data),
+                data.append(PartitionData(name, partition, memoryview(records or b"")))
+    return _Prepared(slots, ProduceRequest(body.acks, body.timeout_ms, data),
                      body.transactional_id is not None)
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from strom.broker.core import BrokerCore
 from strom.broker.metrics import BrokerMetrics
@@ -88,12 +89,26 @@ def _count(metrics: BrokerMetrics, partitions: Sequence[PartitionDataLike],
         metrics.messages_in.labels(topic).inc(count)
 
 
+class PartitionResult(NamedTuple):
+    """One request's outcome in :func:`handle_run`: the fields of
+    ``broker_pb2.PartitionProduceResponse`` as plain data (no protobuf message per request of a
+    pipelined run; an error has ``base_offset`` -1 and a message)."""
+
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+
+
 async def handle_run(core: BrokerCore, requests: Sequence[ProduceRequestLike]
-                     ) -> list[broker_pb2.ProduceResponse] | None:
+                     ) -> list[PartitionResult] | None:
     """Serve produce requests that arrived pipelined on one connection, each for the same single
     partition with the same acks and timeout, with one append of all their batches (one
     validation walk, one write, one high-watermark move): the answers, in order, are those
-    :func:`handle` gives each request in turn.
+    :func:`handle` gives each request in turn (its one partition's).
 
     None when that cannot be promised (the requests differ, a request or its target is
     invalid, or an append of all of them fails, which writes nothing): the caller then serves
@@ -102,42 +117,46 @@ async def handle_run(core: BrokerCore, requests: Sequence[ProduceRequestLike]
         return None
     first = requests[0]
     data = first.partitions[0]
-    key = (first.acks, first.timeout_ms, data.topic, data.partition)
+    topic, partition = data.topic, data.partition
+    key = (first.acks, first.timeout_ms, topic, partition)
     if any((r.acks, r.timeout_ms, r.partitions[0].topic, r.partitions[0].partition) != key
            for r in requests):
         return None
     metrics = core.metrics
-    responses = [broker_pb2.ProduceResponse() for _ in requests]
-    outs = [_new_out(response, data) for response in responses]
     try:
         _check(first)
-        config = await _target(core, data.topic, data.partition)
+        config = await _target(core, topic, partition)
         results = await core.replicas.append_many(
-            data.topic, data.partition, [r.partitions[0].records for r in requests], first.acks,
+            topic, partition, [r.partitions[0].records for r in requests], first.acks,
             config, first.timeout_ms or DEFAULT_TIMEOUT_MS)
     except StromError:
         return None
     except Exception as exc:  # as _produce_one: every request gets UNKNOWN_SERVER_ERROR
         _log.error(f"unexpected {type(exc).__name__}", "produce to %s-%d failed unexpectedly",
-                   data.topic, data.partition, exc_info=True)
-        for out in outs:
-            _fail(out, StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
-                                  f"{type(exc).__name__}: {exc}; see the broker log"), metrics)
-        return responses
+                   topic, partition, exc_info=True)
+        err = StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                         f"{type(exc).__name__}: {exc}; see the broker log")
+        metrics.partition_errors.labels("Produce", err.code.name).inc(len(requests))
+        return [PartitionResult(topic, partition, int(err.code), err.message, -1, -1, -1)
+                for _ in requests]
     if results is None:
         return None
-    plog = core.replicas.get(data.topic, data.partition)
+    plog = core.replicas.get(topic, partition)
     log_start = plog.log_start_offset if plog is not None else 0
     appended: list[AppendResult | None] = []
-    for result, out in zip(results, outs, strict=True):
+    outs: list[PartitionResult] = []
+    for result in results:
         if isinstance(result, StromError):
-            _fail(out, result, metrics)
+            metrics.partition_errors.labels("Produce", result.code.name).inc()
+            outs.append(PartitionResult(topic, partition, int(result.code), result.message,
+                                        -1, -1, -1))
             appended.append(None)
         else:
-            _set_result(out, result, log_start)
+            outs.append(PartitionResult(topic, partition, 0, "", result.base_offset,
+                                        result.log_append_time_ms, log_start))
             appended.append(result)
     _count(metrics, [r.partitions[0] for r in requests], appended)
-    return responses
+    return outs
 
 
 def _check(request: ProduceRequestLike) -> None:

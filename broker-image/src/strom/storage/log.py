@@ -448,6 +448,14 @@ class PartitionLog:
         results: list[AppendResult] = []
         first = 0
         for count in counts:
+            if count == 1:  # one batch a request: what librdkafka's pipelined requests hold
+                h = patched[first]
+                first += 1
+                results.append(AppendResult(
+                    base_offset=h.base_offset, last_offset=h.base_offset + h.last_offset_delta,
+                    record_count=h.records_count, size_bytes=h.size,
+                    log_append_time_ms=append_time, max_timestamp=h.max_timestamp))
+                continue
             mine = patched[first:first + count]
             first += count
             results.append(AppendResult(

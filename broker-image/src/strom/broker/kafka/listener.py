@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,7 +74,8 @@ SEND_PIECE = 1 << 20
 READ_AHEAD = 65_536
 #: Queued answers are written once they reach this size, even if more requests are waiting.
 FLUSH_BYTES = 65_536
-_PRODUCE_KEY = kafka_produce.KEY.to_bytes(2, "big")
+_SIZE = struct.Struct(">i")
+_KEY = struct.Struct(">h")
 _client_caused = RateLimitedLog(log)
 
 
@@ -235,10 +237,11 @@ class KafkaListener:
         from the read buffer); the first frame that is not one stays for :meth:`_one`."""
         run: list[Request] = []
         buf = conn.buf
-        while conn.next_frame_here():
-            size = read_size(bytes(buf[:4]))
-            if not 2 <= size <= self.max_request_bytes or buf[4:6] != _PRODUCE_KEY:
-                break
+        while len(buf) >= 6:
+            size = _SIZE.unpack_from(buf)[0]
+            if not 2 <= size <= min(len(buf) - 4, self.max_request_bytes) \
+                    or _KEY.unpack_from(buf, 4)[0] != kafka_produce.KEY:
+                break  # not read whole, out of bounds, or not a Produce request
             parsed = parse_request(bytes(buf[4:4 + size]), SUPPORTED)
             if not isinstance(parsed, Request):
                 break
@@ -287,15 +290,18 @@ class KafkaListener:
                 return False
             if answer is None:
                 continue
-            try:
-                data = ([answer] if isinstance(answer, bytes)
-                        else encode_response_chunks(request.correlation_id, answer))
-            except Exception:
-                log.exception("Kafka Produce v%d response to %s could not be encoded; closing "
-                              "the connection", request.api_version, conn.peer)
-                return False
-            conn.pending.extend(data)
-            conn.pending_bytes += sum(len(c) for c in data)
+            if isinstance(answer, bytes):  # a templated answer, already encoded
+                conn.pending.append(answer)
+                conn.pending_bytes += len(answer)
+            else:
+                try:
+                    data = encode_response_chunks(request.correlation_id, answer)
+                except Exception:
+                    log.exception("Kafka Produce v%d response to %s could not be encoded; "
+                                  "closing the connection", request.api_version, conn.peer)
+                    return False
+                conn.pending.extend(data)
+                conn.pending_bytes += sum(len(c) for c in data)
             if conn.pending_bytes >= FLUSH_BYTES:
                 await self._flush(conn)
         if conn.pending and not conn.next_frame_here():

@@ -69,6 +69,7 @@ class _Close:
 
 
 CLOSE = _Close()
+_NO_TEMPLATE: Any = object()
 
 
 async def handle(ctx: Context) -> Any:
@@ -103,8 +104,7 @@ async def handle_pipelined(ctxs: Sequence[Context]) -> list[Any]:
                 if together is None:
                     answers.append(await _serve(ctxs[k], prepared[k]))
                 else:
-                    answers.append(_run_answer(ctxs[k], prepared[k], together[k - i].partitions[0],
-                                               templates))
+                    answers.append(_run_answer(ctxs[k], prepared[k], together[k - i], templates))
             except CloseConnection:
                 answers.append(CLOSE)
                 return answers
@@ -112,23 +112,24 @@ async def handle_pipelined(ctxs: Sequence[Context]) -> list[Any]:
     return answers
 
 
-def _run_answer(ctx: Context, prepared: _Prepared, part: Any,
+def _run_answer(ctx: Context, prepared: _Prepared, part: produce.PartitionResult,
                 templates: dict[tuple[int, int, int], ResponseTemplate | None]) -> Any:
     """:func:`_answer` for a request appended with others; a successful answer as the encoded
     frame (``bytes``), made from a template shared by the run's answers of the same shape."""
-    results = {(part.topic, part.partition): part}
     if prepared.request.acks == 0 or part.error_code:
-        return _answer(ctx, prepared, results, None)
+        return _answer(ctx, prepared, {(part.topic, part.partition): part}, None)
     key = (ctx.version, part.log_append_time_ms, part.log_start_offset)
-    if key not in templates:
+    template = templates.get(key, _NO_TEMPLATE)
+    if template is _NO_TEMPLATE:
+        results = {(part.topic, part.partition): part}
         try:
-            templates[key] = ResponseTemplate(
+            template = ResponseTemplate(
                 lambda base: _response(ctx, prepared.slots, results, None, base_offset=base))
         except ValueError:
-            templates[key] = None
-    template = templates[key]
+            template = None
+        templates[key] = template
     if template is None:
-        return _answer(ctx, prepared, results, None)
+        return _answer(ctx, prepared, {(part.topic, part.partition): part}, None)
     return template.encode(ctx.request.correlation_id, part.base_offset)
 
 

@@ -1,5 +1,7 @@
-"""ResponseTemplate: the answers to pipelined Produce requests made from one kio encoding are
-byte for byte kio's own encoding of each answer, in every Produce version served."""
+"""ResponseTemplate: the answers to Produce requests made from one kio encoding are byte for
+byte kio's own encoding of each answer, in every Produce version served; the templates kept
+across requests (by version, topic, partition, append time and log start) give each request
+its own answer, and errors are still built by kio."""
 
 from __future__ import annotations
 
@@ -11,12 +13,16 @@ import pytest
 from strom.broker.kafka import produce
 from strom.broker.kafka.context import Context
 from strom.broker.kafka.frames import Request, ResponseTemplate, encode_response
+from strom.broker.produce import PartitionResult
+from strom.protocol.errors import ErrorCode
+from strom.protocol.produce_wire import ProduceRequest
 from strom.protocol.v1 import broker_pb2
 
 
-def _context(version: int) -> Context:
+def _context(version: int, correlation_id: int = 1) -> Context:
     core: Any = None  # building a response needs no broker
-    return Context(core, Request(produce.KEY, version, 1, "test", None), "PLAINTEXT", {})
+    return Context(core, Request(produce.KEY, version, correlation_id, "test", None),
+                   "PLAINTEXT", {})
 
 
 @pytest.mark.parametrize("version", range(produce.VERSIONS[0], produce.VERSIONS[1] + 1))
@@ -49,3 +55,46 @@ def test_a_field_that_is_not_a_fixed_int64_is_refused() -> None:
 
     with pytest.raises(ValueError, match="not one fixed-width int64"):
         ResponseTemplate(make)
+
+
+def _prepared(topic: str, topic_id: uuid.UUID | None, partition: int) -> Any:
+    return produce._Prepared([produce._Slot(topic, topic_id, partition)],
+                             ProduceRequest(1, 30_000, []), False, None)
+
+
+@pytest.mark.parametrize("version", range(produce.VERSIONS[0], produce.VERSIONS[1] + 1))
+def test_answers_from_kept_templates_are_each_requests_own(version: int) -> None:
+    """Requests that differ in topic, topic id, partition, append time or log start offset,
+    interleaved and repeated (templates made by earlier ones are reused): every answer is kio's
+    encoding of that request's own response."""
+    produce._TEMPLATES.clear()
+    shapes = [("orders", None, 3, -1, 42), ("orders", None, 4, -1, 42),
+              ("orders", None, 3, -1, 43), ("orders", None, 3, 1_700_000_000_123, 42),
+              ("other", uuid.UUID(int=9), 3, -1, 0), ("other", uuid.UUID(int=10), 3, -1, 0)]
+    for i in range(3 * len(shapes)):
+        topic, topic_id, partition, append_time, log_start = shapes[(i * 5) % len(shapes)]
+        ctx = _context(version, correlation_id=1000 + i)
+        prepared = _prepared(topic, topic_id, partition)
+        part = PartitionResult(topic, partition, 0, "", 17 * i, append_time, log_start)
+        results = {(topic, partition): part}
+        answer = produce._answer(ctx, prepared, results, None)
+        assert isinstance(answer, bytes)
+        assert answer == encode_response(1000 + i, produce._response(
+            ctx, prepared.slots, results, None)), (version, i)
+    assert 0 < len(produce._TEMPLATES) <= len(shapes)
+
+
+def test_errors_are_built_by_kio_and_the_kept_templates_are_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _context(9)
+    prepared = _prepared("orders", None, 0)
+    failed = PartitionResult("orders", 0, int(ErrorCode.CORRUPT_MESSAGE), "bad CRC", -1, -1, -1)
+    answer = produce._answer(ctx, prepared, {("orders", 0): failed}, None)
+    assert not isinstance(answer, bytes)
+    assert answer.responses[0].partition_responses[0].error_message == "bad CRC"
+    monkeypatch.setattr(produce, "TEMPLATES_MAX", 3)
+    produce._TEMPLATES.clear()
+    for log_start in range(10):
+        part = PartitionResult("orders", 0, 0, "", 5, -1, log_start)
+        assert isinstance(produce._answer(ctx, prepared, {("orders", 0): part}, None), bytes)
+        assert len(produce._TEMPLATES) <= 3

@@ -224,6 +224,8 @@ class KafkaListener:
                 time.perf_counter() - started)
         if response is None:
             return True
+        if isinstance(response, bytes):  # already encoded (Produce's templated answers)
+            return await self._answer(conn, [response])
         try:
             data = encode_response_chunks(parsed.correlation_id, response)
         except Exception:

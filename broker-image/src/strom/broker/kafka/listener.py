@@ -96,6 +96,8 @@ class KafkaListener:
         self.fetch_sessions = FetchSessionCache()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._request_counters: dict[tuple[str, str], Any] = {}
+        self._durations: dict[str, Any] = {}
 
     async def bind(self) -> int:
         self._server = await asyncio.start_server(
@@ -112,6 +114,25 @@ class KafkaListener:
         assert self._server is not None, "bind() first"
         self.core = core
         await self._server.start_serving()
+
+    def _requests(self, api: str, result: str) -> Any:
+        """``strom_broker_requests`` of this listener for ``api`` and ``result`` (the labelled
+        child looked up once: a lookup costs about as much as the increment, per request)."""
+        child = self._request_counters.get((api, result))
+        if child is None:
+            assert self.core is not None
+            child = self._request_counters[(api, result)] = self.core.metrics.requests.labels(
+                api, result, self.name)
+        return child
+
+    def _duration(self, api: str) -> Any:
+        """``strom_broker_request_duration_seconds`` of this listener for ``api``."""
+        child = self._durations.get(api)
+        if child is None:
+            assert self.core is not None
+            child = self._durations[api] = self.core.metrics.request_duration.labels(
+                api, self.name)
+        return child
 
     async def stop(self) -> None:
         """Stop accepting, close every connection (in-flight requests are cancelled)."""
@@ -219,9 +240,8 @@ class KafkaListener:
             return False
         finally:
             metrics.inflight.dec()
-            metrics.requests.labels(api.name, result, self.name).inc()
-            metrics.request_duration.labels(api.name, self.name).observe(
-                time.perf_counter() - started)
+            self._requests(api.name, result).inc()
+            self._duration(api.name).observe(time.perf_counter() - started)
         if response is None:
             return True
         if isinstance(response, bytes):  # already encoded (Produce's templated answers)
@@ -280,11 +300,11 @@ class KafkaListener:
             elapsed = time.perf_counter() - started
             closed = bool(answers) and answers[-1] is kafka_produce.CLOSE
             served = len(answers) - closed if failure is None else len(requests)
-            duration = metrics.request_duration.labels("Produce", self.name)
+            duration = self._duration("Produce")
             for _ in range(served + closed):
                 duration.observe(elapsed)
             if served:
-                metrics.requests.labels("Produce", failure or "ok", self.name).inc(served)
+                self._requests("Produce", failure or "ok").inc(served)
             if closed:
                 metrics.requests.labels("Produce", "closed", self.name).inc()
         for request, answer in zip(requests, answers, strict=False):

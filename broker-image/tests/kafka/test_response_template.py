@@ -1,7 +1,7 @@
-"""ResponseTemplate: the answers to Produce requests made from one kio encoding are byte for
-byte kio's own encoding of each answer, in every Produce version served; the templates kept
-across requests (by version, topic, partition, append time and log start) give each request
-its own answer, and errors are still built by kio."""
+"""ResponseTemplate and RecordsTemplate: the answers to Produce and Fetch requests made from one
+kio encoding are byte for byte kio's own encoding of each answer, in every version served; the
+templates kept across requests (by version, topic, partition, ...) give each request its own
+answer, and errors are still built by kio."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from strom.broker.kafka import produce
+from strom.broker.kafka import fetch, produce
 from strom.broker.kafka.context import Context
-from strom.broker.kafka.frames import Request, ResponseTemplate, encode_response
+from strom.broker.kafka.frames import BIG_WRITE, Request, ResponseTemplate, encode_response
 from strom.broker.produce import PartitionResult
 from strom.protocol.errors import ErrorCode
 from strom.protocol.produce_wire import ProduceRequest
@@ -98,3 +98,36 @@ def test_errors_are_built_by_kio_and_the_kept_templates_are_bounded(
         part = PartitionResult("orders", 0, 0, "", 5, -1, log_start)
         assert isinstance(produce._answer(ctx, prepared, {("orders", 0): part}, None), bytes)
         assert len(produce._TEMPLATES) <= 3
+
+
+def _fetch_context(version: int, correlation_id: int) -> Context:
+    core: Any = None
+    return Context(core, Request(fetch.KEY, version, correlation_id, "test", None),
+                   "PLAINTEXT", {})
+
+
+@pytest.mark.parametrize("version", range(fetch.VERSIONS[0], fetch.VERSIONS[1] + 1))
+def test_fetch_answers_from_templates_are_kios_encoding(version: int) -> None:
+    """One partition without error (a long poll's answer): for record sets whose length needs
+    1, 2 or 3 varint bytes, one large enough to stay its own chunk, read_committed or not, with
+    and without a topic id, each answer is kio's encoding of the response built by the
+    handler's own builder."""
+    fetch._TEMPLATES.clear()
+    records_sizes = [0, 1, 126, 127, 200, 16_383, 16_384, 70_000]
+    i = 0
+    for committed in (False, True):
+        for name, topic_id in (("orders", None), ("orders", uuid.UUID(int=5))):
+            for size in records_sizes:
+                i += 1
+                ctx = _fetch_context(version, 500 + i)
+                records = bytes([i % 251]) * size
+                part = (3, 0, 1000 + i, 7 * i, records)
+                session_id = 0 if i % 3 else 2**31 - i
+                chunks = fetch._encoded(ctx, name, topic_id, part, session_id, committed)
+                assert chunks is not None, (version, committed, size)
+                expected = encode_response(500 + i, fetch._response(
+                    ctx, session_id, {name: (topic_id, [part])}, committed))
+                assert b"".join(chunks) == expected, (version, committed, topic_id, size)
+                if size >= BIG_WRITE:  # the record set itself, not a copy
+                    assert any(c is records for c in chunks)
+    assert len(fetch._TEMPLATES) == 4

@@ -34,6 +34,7 @@ from typing import Any
 from strom.broker import fetch
 from strom.broker.kafka.context import NO_THROTTLE, Context, code, ms, topic_uuid
 from strom.broker.kafka.fetch_sessions import FINAL_EPOCH, Plan, Wanted
+from strom.broker.kafka.frames import Chunk, RecordsTemplate
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2
 
@@ -97,7 +98,7 @@ async def handle(ctx: Context) -> Any:
     committed = request.isolation_level == 1
     session = plan.session
     known_ids = session.topic_ids if session is not None else topic_ids
-    by_topic: dict[str, tuple[Any, list[Any]]] = {}
+    by_topic: dict[str, tuple[Any, list[_Part]]] = {}
     for (name, partition), _ in plan.partitions:
         out = results.get((name, partition))
         if out is None or whole is not None:
@@ -111,24 +112,80 @@ async def handle(ctx: Context) -> Any:
         if plan.incremental and not news:
             continue
         by_topic.setdefault(name, (known_ids.get(name), []))[1].append(
-            _partition(ctx, partition, error, hw, start, records, committed))
+            (partition, error, hw, start, records))
     for _, topic_id, partition in unknown:
         error = (ErrorCode.UNKNOWN_TOPIC_ID if topic_id is not None
                  else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         by_topic.setdefault(f"\0{topic_id}", (topic_id, []))[1].append(
-            _partition(ctx, partition, int(error), -1, -1, b"", committed))
+            (partition, int(error), -1, -1, b""))
+    session_id = session.session_id if session is not None else 0
+    if len(by_topic) == 1:  # one partition without error: the answer a long poll gets
+        ((name, (topic_id, parts)),) = by_topic.items()
+        if len(parts) == 1 and parts[0][1] == 0 and name[:1] != "\0":
+            encoded = _encoded(ctx, name, topic_id, parts[0], session_id, committed)
+            if encoded is not None:
+                return encoded
+    return _response(ctx, session_id, by_topic, committed)
+
+
+_Part = tuple[int, int, int, int, bytes]
+"""One partition's answer: index, error code, high watermark, log start offset, records."""
+
+
+def _response(ctx: Context, session_id: int, by_topic: dict[str, tuple[Any, list[_Part]]],
+              committed: bool, last_stable: int | None = None) -> Any:
+    """The FetchResponse (``last_stable``: the last stable offset of every partition if not
+    its high watermark: only for finding it in a template)."""
     responses = tuple(ctx.build("FetchableTopicResponse", topic=key if key[:1] != "\0" else "",
-                                topic_id=topic_id, partitions=tuple(parts))
+                                topic_id=topic_id, partitions=tuple(
+                                    _partition(ctx, *part, committed, last_stable)
+                                    for part in parts))
                       for key, (topic_id, parts) in by_topic.items())
     return ctx.build("FetchResponse", throttle_time=NO_THROTTLE, error_code=code(0),
-                     session_id=session.session_id if session is not None else 0,
-                     responses=responses)
+                     session_id=session_id, responses=responses)
 
 
 def _partition(ctx: Context, partition: int, error: int, high_watermark: int,
-               log_start_offset: int, records: bytes, committed: bool) -> Any:
+               log_start_offset: int, records: bytes, committed: bool,
+               last_stable: int | None = None) -> Any:
     return ctx.build("PartitionData", partition_index=partition, error_code=code(error),
-                     high_watermark=high_watermark, last_stable_offset=high_watermark,
+                     high_watermark=high_watermark,
+                     last_stable_offset=high_watermark if last_stable is None else last_stable,
                      log_start_offset=log_start_offset,
                      aborted_transactions=() if committed else None,
                      preferred_read_replica=-1, records=records)
+
+
+#: Encoded answers of one partition without error, by what decides their bytes besides the
+#: correlation id, session id, offsets and records: (version, topic, topic id, partition,
+#: read_committed). Shared by every connection; emptied when full.
+_TEMPLATES: dict[tuple[int, str, Any, int, bool], RecordsTemplate | None] = {}
+TEMPLATES_MAX = 4096
+
+
+def _encoded(ctx: Context, name: str, topic_id: Any, part: _Part, session_id: int,
+             committed: bool) -> list[Chunk] | None:
+    """The answer with one partition and no error as kio would encode it, from a template
+    (:class:`strom.broker.kafka.frames.RecordsTemplate`); None if it cannot be templated."""
+    partition, _, hw, start, records = part
+    key = (ctx.version, name, topic_id, partition, committed)
+    template: RecordsTemplate | None
+    if key in _TEMPLATES:
+        template = _TEMPLATES[key]
+    else:
+        if len(_TEMPLATES) >= TEMPLATES_MAX:
+            _TEMPLATES.clear()
+
+        def make(values: list[int], recs: bytes) -> Any:
+            return _response(ctx, values[0], {name: (topic_id, [(partition, 0, values[1],
+                                                                 values[3], recs)])},
+                             committed, last_stable=values[2])
+
+        try:
+            template = RecordsTemplate(make, [4, 8, 8, 8])
+        except ValueError:
+            template = None
+        _TEMPLATES[key] = template
+    if template is None:
+        return None
+    return template.encode(ctx.request.correlation_id, [session_id, hw, hw, start], records)

@@ -244,8 +244,10 @@ class KafkaListener:
             self._duration(api.name).observe(time.perf_counter() - started)
         if response is None:
             return True
-        if isinstance(response, bytes):  # already encoded (Produce's templated answers)
+        if isinstance(response, bytes):  # already encoded (templated answers)
             return await self._answer(conn, [response])
+        if isinstance(response, list):  # already encoded as chunks (Fetch's templated answers)
+            return await self._answer(conn, response)
         try:
             data = encode_response_chunks(parsed.correlation_id, response)
         except Exception:

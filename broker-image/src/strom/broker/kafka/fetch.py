@@ -12,7 +12,9 @@ Record bytes are not copied on the way out: :func:`strom.broker.fetch.read` hand
 bytes object the log read returned, kio's writer puts it into the response as one chunk of a
 list (:func:`strom.broker.kafka.frames.encode_response_chunks`), and the listener writes the
 chunks to the socket (Kafka's zero-copy ``FileRecords.writeTo`` in spirit: here one read from the
-segment file, then the socket).
+segment file, then the socket). An answer with one partition and no error (a long poll's) is a
+copy of a kept kio encoding with the session id and offsets written in, then the record set
+(:func:`_encoded`); every other answer is built and written by kio.
 
 Fetch sessions (KIP-227, :mod:`strom.broker.kafka.fetch_sessions`): a full fetch with epoch 0
 opens a session, answered with its id; incremental fetches name only new or changed partitions

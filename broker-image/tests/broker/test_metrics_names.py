@@ -30,6 +30,9 @@ async def test_values_after_traffic(core: BrokerCore) -> None:
     assert 'strom_log_end_offset{partition="0",topic="t"} 1.0' in text
     assert "strom_broker_partitions 2.0" in text
     assert "strom_broker_active_connections 1.0" in text
+    assert 'strom_broker_messages_in_total{topic="t"} 1.0' in text
+    assert 'strom_broker_messages_out_total{topic="t"} 1.0' in text
+    assert 'strom_broker_bytes_in_total{topic="t"} 0.0' not in text
 
 
 async def test_deleted_topics_disappear(core: BrokerCore) -> None:
@@ -38,3 +41,8 @@ async def test_deleted_topics_disappear(core: BrokerCore) -> None:
     core.metrics.forget_topic("t")
     text = generate_latest(core.metrics.registry).decode()
     assert 'topic="t"' not in text
+    # a topic of the same name made again counts from zero in series of its own (the labelled
+    # children the metrics keep per topic were forgotten with it)
+    text = (await _traffic(core)).decode()
+    assert 'strom_broker_messages_in_total{topic="t"} 1.0' in text
+    assert 'strom_broker_messages_out_total{topic="t"} 1.0' in text

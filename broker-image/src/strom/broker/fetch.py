@@ -164,5 +164,4 @@ def _count_out(core: BrokerCore, reads: list[PartitionRead]) -> None:
     metrics = core.metrics
     for r in reads:
         if r.records:
-            metrics.bytes_out.labels(r.topic).inc(len(r.records))
-            metrics.messages_out.labels(r.topic).inc(r.record_count)
+            metrics.fetched(r.topic, len(r.records), r.record_count)

@@ -42,7 +42,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -103,6 +103,8 @@ class BrokerMetrics:
         self.info.info({"broker_id": str(broker_id), "cluster_id": cluster_id,
                         "version": version})
         self._peers: dict[str, float] = {}
+        self._in: dict[str, tuple[Any, Any]] = {}
+        self._out: dict[str, tuple[Any, Any]] = {}
         self._logs: Callable[[], Iterable[PartitionLog]] = tuple
         r.register(_LogCollector(self))
         self.replication: ReplicaManager | None = None
@@ -165,7 +167,29 @@ class BrokerMetrics:
         self._prune_peers()
         return len(self._peers)
 
+    def produced(self, topic: str, size: int, records: int) -> None:
+        """Count ``size`` bytes and ``records`` records appended to ``topic`` (the labelled
+        children are kept per topic: prometheus_client's ``labels()`` costs as much as the
+        increment, and produce requests come one per record from some clients)."""
+        children = self._in.get(topic)
+        if children is None:
+            children = self._in[topic] = (self.bytes_in.labels(topic),
+                                          self.messages_in.labels(topic))
+        children[0].inc(size)
+        children[1].inc(records)
+
+    def fetched(self, topic: str, size: int, records: int) -> None:
+        """:meth:`produced` for bytes and records returned by fetches."""
+        children = self._out.get(topic)
+        if children is None:
+            children = self._out[topic] = (self.bytes_out.labels(topic),
+                                           self.messages_out.labels(topic))
+        children[0].inc(size)
+        children[1].inc(records)
+
     def forget_topic(self, topic: str) -> None:
+        self._in.pop(topic, None)
+        self._out.pop(topic, None)
         for counter in (self.bytes_in, self.bytes_out, self.messages_in, self.messages_out):
             with contextlib.suppress(KeyError):
                 counter.remove(topic)

@@ -85,8 +85,7 @@ def _count(metrics: BrokerMetrics, partitions: Sequence[PartitionDataLike],
             total[0] += result.size_bytes
             total[1] += result.record_count
     for topic, (size, count) in totals.items():
-        metrics.bytes_in.labels(topic).inc(size)
-        metrics.messages_in.labels(topic).inc(count)
+        metrics.produced(topic, size, count)
 
 
 class PartitionResult(NamedTuple):

@@ -1,12 +1,12 @@
 """A Produce request as the handler reads it, and a one-pass reader for the common shape.
 
-Why it exists: librdkafka at its defaults (linger.ms 5, a million requests in flight) sends a
+Why it exists: librdkafka with its default million requests in flight and linger.ms=0 sends a
 Produce request for every record or two, so the broker's CPU per request decides whether the
 Kafka listener keeps up. The general path of ``frames.parse_request`` (the declared-length walk,
 kio's reader, the null check) and the kio entities it builds cost ~10-20 us a small Produce
 request here; the handler then walked those entities again. :func:`read_produce` reads the
-frame once, straight into :class:`ProduceBody` (figures in docs/decisions.md, "Kafka Produce
-parse").
+frame once, straight into :class:`ProduceBody` (figures in docs/decisions.md, "Kafka listener:
+CPU per Produce and Fetch request").
 
 :class:`ProduceBody` is what a Produce request's ``Request.body`` always is: made by
 :func:`read_produce` for a frame of the common shape, else from the kio entity the general path

@@ -101,6 +101,8 @@ class PartitionLog:
                  high_watermark: int | None, epochs: LeaderEpochCache) -> None:
         self.directory = directory
         self.config = config
+        self._policy: tuple[LogConfig | None, RecordPolicy] = (None, RecordPolicy())
+        """The record policy of ``config`` (rebuilt when ``config`` is replaced)."""
         self.topic = topic
         self.partition = partition
         self._clock = clock
@@ -480,9 +482,11 @@ class PartitionLog:
         config = self.config
         headers = validate_batches(records, max_batch_bytes=config.max_message_bytes)
         now = self._clock()
-        max_stamps = validate_records(records, headers, RecordPolicy(
-            config.log_append_time, config.compact, config.message_timestamp_before_max_ms,
-            config.message_timestamp_after_max_ms), now)
+        if self._policy[0] is not config:  # made once per configuration, not per append
+            self._policy = (config, RecordPolicy(
+                config.log_append_time, config.compact, config.message_timestamp_before_max_ms,
+                config.message_timestamp_after_max_ms))
+        max_stamps = validate_records(records, headers, self._policy[1], now)
         if config.compression_type != "producer":
             rebuilt = recompress(records, headers, Compression.parse(config.compression_type))
             if rebuilt is not None:

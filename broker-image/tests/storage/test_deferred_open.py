@@ -58,7 +58,7 @@ def _written(path: Path, clock: Clock, batches: int = 12) -> list[bytes | None]:
 
 def _crash(plog: PartitionLog) -> None:
     """kill -9: no close; the descriptors just go."""
-    for seg in plog._segs:
+    for seg in plog._open_segments():
         seg.drop_fd()
 
 
@@ -80,6 +80,23 @@ def test_a_clean_log_opens_from_its_checkpoint_and_reads_on_first_use(
     again = _open(path, clock)
     assert _values(again) == [*values, b"v" * 20 + b"500", b"v" * 20 + b"501"]
     again.close()
+
+
+@pytest.mark.parametrize("part", ["_segments", "_bases", "_epochs", "_producers"])
+def test_whichever_part_is_used_first_loads_the_whole_log(tmp_path: Path, clock: Clock,
+                                                          part: str) -> None:
+    path = tmp_path / "t-0"
+    _written(path, clock)
+    plog = _open(path, clock)
+    assert not plog.loaded and part not in vars(plog)
+    getattr(plog, part)
+    assert plog.loaded
+    # from now on each part is a plain instance attribute (the append path reads them)
+    assert {"_segments", "_bases", "_epochs", "_producers"} <= set(vars(plog))
+    assert plog._bases == [s.base_offset for s in plog._segments] and len(plog._bases) > 2
+    assert plog.epochs == [(3, 0)]
+    assert plog._producers.end_offset == 48  # rebuilt from the segments to the log end
+    plog.close()
 
 
 def test_an_append_to_a_deferred_log_loads_it_first(tmp_path: Path, clock: Clock) -> None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Generic, NamedTuple, Self, TypeVar, cast, overload
 
 from strom.protocol.batch import (
     HEADER_SIZE,
@@ -85,6 +85,42 @@ class _Deferred:
     producer_id_expiration_ms: int
 
 
+_T = TypeVar("_T")
+
+
+class _ReadOnFirstUse(Generic[_T]):
+    """A part of a log that a deferred open reads on first use: the segments, their base
+    offsets, the leader epochs, the producer state (issue 21 item 5).
+
+    A non-data descriptor: the value lives in the log's ``__dict__`` (set by ``__init__`` and
+    by :meth:`PartitionLog.load`) and an instance attribute wins over such a descriptor, so a
+    loaded log reads it as a plain attribute, as cheap as any on the append path. Only while
+    it is absent, i.e. the log is deferred, does ``__get__`` run: it loads the log first."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, plog: None, owner: type | None = None) -> Self: ...
+
+    @overload
+    def __get__(self, plog: PartitionLog, owner: type | None = None) -> _T: ...
+
+    def __get__(self, plog: PartitionLog | None, owner: type | None = None) -> _T | Self:
+        if plog is None:
+            return self
+        plog.load()
+        try:
+            return cast(_T, vars(plog)[self.name])
+        except KeyError:
+            raise AttributeError(f"{self.name} of {plog.topic}-{plog.partition} is not loaded "
+                                 "after load()") from None
+
+    def forget(self, plog: PartitionLog) -> None:
+        """Drop the value so that the next use reads it (a deferred open)."""
+        vars(plog).pop(self.name, None)
+
+
 @dataclass(frozen=True)
 class ReadResult:
     records: bytes
@@ -111,13 +147,13 @@ class PartitionLog:
         and producer state are read on first use (see :meth:`open`, ``defer``)."""
         self._end = segments[-1].next_offset if segments else 0
         """The log end offset while deferred (from the checkpoint)."""
-        self._segs = segments
-        self._bases_list = [s.base_offset for s in segments]
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
         self._log_start_offset = log_start_offset
         self._recovery_point = self._end
         self._hw = high_watermark if high_watermark is not None else 0
         self._hw_managed = high_watermark is not None
-        self._epochs_cache = epochs
+        self._epochs = epochs
         self._touched = True
         """Changed since it was opened, or opened after an unclean shutdown: its close writes
         the checkpoints, a producer snapshot and the clean-shutdown marker. False only for a
@@ -136,7 +172,7 @@ class PartitionLog:
         #: Files of segments deleted by retention, removed after ``file.delete.delay.ms``:
         #: (when, paths), oldest first.
         self._retired: list[tuple[int, list[Path]]] = []
-        self._producer_state = ProducerStateManager(end_offset=log_start_offset)
+        self._producers = ProducerStateManager(end_offset=log_start_offset)
         self._last_producer_expiry = clock()
         self._closed = False
         self.offline: str | None = None
@@ -199,9 +235,11 @@ class PartitionLog:
         hw = min(max(hw_value, log_start), end) if hw_value >= 0 else None
         self = cls(directory, config, topic=topic, partition=partition, clock=clock,
                    segments=[], log_start_offset=log_start, high_watermark=hw,
-                   epochs=LeaderEpochCache(directory))  # unused: load() reads the real one
+                   epochs=LeaderEpochCache(directory))
         self._end = self._recovery_point = end
         self._deferred = _Deferred(producer_id_expiration_ms)
+        for part in (cls._segments, cls._bases, cls._epochs, cls._producers):
+            part.forget(self)  # read by load(), on first use
         self._touched, self._marker_kept = False, True
         return self
 
@@ -235,8 +273,8 @@ class PartitionLog:
         if end != self._end:
             log.warning("%s-%d: its files end at offset %d, its clean-shutdown checkpoint said "
                         "%d; the files win", self.topic, self.partition, end, self._end)
-        self._segs, self._bases_list = full._segs, full._bases_list
-        self._epochs_cache, self._producer_state = full._epochs_cache, full._producer_state
+        self._segments, self._bases = full._segments, full._bases
+        self._epochs, self._producers = full._epochs, full._producers
         self._recovery_point = min(full._recovery_point, end)
         self._log_start_offset = min(max(self._log_start_offset, full._log_start_offset), end)
         self._hw = min(max(self._hw, self._log_start_offset), end)
@@ -325,41 +363,14 @@ class PartitionLog:
 
     # ---- state read on first use (a deferred open) ------------------------------------------
 
-    @property
-    def _segments(self) -> list[LogSegment]:
-        if self._deferred is not None:
-            self.load()
-        return self._segs
+    _segments: _ReadOnFirstUse[list[LogSegment]] = _ReadOnFirstUse()
+    _bases: _ReadOnFirstUse[list[int]] = _ReadOnFirstUse()
+    _epochs: _ReadOnFirstUse[LeaderEpochCache] = _ReadOnFirstUse()
+    _producers: _ReadOnFirstUse[ProducerStateManager] = _ReadOnFirstUse()
 
-    @_segments.setter
-    def _segments(self, value: list[LogSegment]) -> None:
-        self._segs = value
-
-    @property
-    def _bases(self) -> list[int]:
-        if self._deferred is not None:
-            self.load()
-        return self._bases_list
-
-    @_bases.setter
-    def _bases(self, value: list[int]) -> None:
-        self._bases_list = value
-
-    @property
-    def _epochs(self) -> LeaderEpochCache:
-        if self._deferred is not None:
-            self.load()
-        return self._epochs_cache
-
-    @property
-    def _producers(self) -> ProducerStateManager:
-        if self._deferred is not None:
-            self.load()
-        return self._producer_state
-
-    @_producers.setter
-    def _producers(self, value: ProducerStateManager) -> None:
-        self._producer_state = value
+    def _open_segments(self) -> list[LogSegment]:
+        """The segments with open files, without reading a deferred log (it has none)."""
+        return [] if self._deferred is not None else self._segments
 
     def _touch(self) -> None:
         """Before the first change of any file since a clean open: remove the clean-shutdown
@@ -380,7 +391,7 @@ class PartitionLog:
     def log_end_offset(self) -> int:
         if self._deferred is not None:
             return self._end
-        return self._segs[-1].next_offset
+        return self._segments[-1].next_offset
 
     @property
     def size_bytes(self) -> int:
@@ -390,7 +401,7 @@ class PartitionLog:
                            for n in os.listdir(self.directory) if n.endswith(".log"))
             except OSError:
                 return 0
-        return sum(s.size for s in self._segs)
+        return sum(s.size for s in self._segments)
 
     @property
     def segment_count(self) -> int:
@@ -1019,7 +1030,7 @@ class PartitionLog:
         if self._closed:
             return
         if not self._touched:  # opened clean and unchanged: its files (marker included) are
-            for seg in self._segs:  # still those of the last clean close
+            for seg in self._open_segments():  # still those of the last clean close
                 seg.close()
             self._closed = True
             return
@@ -1045,7 +1056,7 @@ class PartitionLog:
     def delete(self) -> None:
         """Close the log and remove its directory."""
         if not self._closed:
-            for seg in self._segs:  # a deferred log has none open: not read just to go
+            for seg in self._open_segments():  # not read just to go
                 seg.delete()
             self._closed = True
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -327,7 +327,8 @@ def _kafka_available() -> bool:
     return True
 
 
-def run_kafka(params: dict[str, int | float], results: list[Result]) -> None:
+def run_kafka(params: dict[str, int | float], results: list[Result], *,
+              client_rows: bool = True) -> None:
     """Apache Kafka, the main peer (issue 20): one KRaft node (Maven's jars, RF 1) and one Strom
     broker, the same workloads through the Kafka protocol on both with the same client
     (confluent-kafka), plus Kafka's own ProducerPerformance, ConsumerPerformance and
@@ -351,17 +352,26 @@ def run_kafka(params: dict[str, int | float], results: list[Result]) -> None:
             assert node.process is not None
             pid = node.process.pid
             on_kafka = functools.partial(kw.create_topic, kafka.bootstrap)
-            _kafka_rows(KAFKA, kafka.bootstrap, on_kafka, pid, workloads, rate, secs, reps,
-                        results, warm_secs, params)
-            with running_broker(Path(tmp) / "strom",
-                                config={"log.segment.bytes": str(256 << 20)}) as broker:
+            if client_rows:
+                _kafka_rows(KAFKA, kafka.bootstrap, on_kafka, pid, workloads, rate, secs, reps,
+                            results, warm_secs, params)
+            with running_broker(Path(tmp) / "strom", config=kw.strom_beside_kafka(
+                    1, {"log.segment.bytes": str(256 << 20)})) as broker:
                 # topics through the Kafka protocol's CreateTopics on both servers
                 on_strom = functools.partial(kw.create_topic, broker.kafka_bootstrap)
-                _kafka_rows(KAFKA_VIA, broker.kafka_bootstrap, on_strom, broker.pid, workloads,
-                            rate, secs, reps, results, warm_secs, params)
+                if client_rows:
+                    _kafka_rows(KAFKA_VIA, broker.kafka_bootstrap, on_strom, broker.pid,
+                                workloads, rate, secs, reps, results, warm_secs, params)
                 servers = ((KAFKA, kafka.bootstrap, on_kafka),
                            (KAFKA_VIA, broker.kafka_bootstrap, on_strom))
                 _kafka_tool_rows(kafka, servers, workloads, reps, params, results)
+
+
+def run_kafka_tools(params: dict[str, int | float], results: list[Result]) -> None:
+    """Only the ``kafka`` section's rows of Kafka's own Java tools (ProducerPerformance,
+    ConsumerPerformance, EndToEndLatency against both servers), without its confluent-kafka
+    rows: a few minutes instead of ~15 with ``--medium``."""
+    run_kafka(params, results, client_rows=False)
 
 
 def _kafka_tool_rows(kafka: Any, servers: tuple[tuple[str, str, Callable[[str, int], None]],
@@ -402,6 +412,11 @@ def _kafka_tool_rows(kafka: Any, servers: tuple[tuple[str, str, Callable[[str, i
             system = f"{tool} ConsumerPerformance"
             row(system, label, "consume", [r["records/s"] for r in consumed[tool]], "records/s")
             row(system, label, "consume MB/s", [r["MB/s"] for r in consumed[tool]], "MB/s")
+            # the rate above counts the fresh group's join; these two split it out
+            row(system, label, "consume, fetch time only",
+                [r["fetch records/s"] for r in consumed[tool]], "records/s")
+            row(system, label, "consume, group join", [r["rebalance ms"] for r in consumed[tool]],
+                "ms", higher=False)
     n_e2e = int(params["e2e_tool_records"])
     lat: dict[str, list[dict[str, float]]] = {}
     for rep in range(reps):
@@ -494,8 +509,8 @@ def run_kafka_curve8(params: dict[str, Any], results: list[Result]) -> None:
     with tempfile.TemporaryDirectory(prefix="strom-bench-kafka-curve8-") as tmp:
         _progress("kafka curve 8p: starting one Apache Kafka node and one Strom broker")
         with running_kafka(1, root=tmp) as kafka, \
-                running_broker(Path(tmp) / "strom",
-                               config={"log.segment.bytes": str(256 << 20)}) as broker:
+                running_broker(Path(tmp) / "strom", config=kw.strom_beside_kafka(
+                    1, {"log.segment.bytes": str(256 << 20)})) as broker:
             servers = ((KAFKA, kafka.bootstrap), (KAFKA_VIA, broker.kafka_bootstrap))
             for _, bootstrap in servers:  # JIT and connections warm, not measured
                 kw.create_topic(bootstrap, "curve8-warmup", 8)
@@ -541,6 +556,7 @@ def run_kafka_streams(params: dict[str, Any], results: list[Result]) -> None:
     fails), the rows are input lines per second from a batch's first line to its last count,
     median of ``repeats`` batches."""
     from benchmarks import kafka_streams as ks
+    from benchmarks import kafka_workloads as kw
     from strom.testing import running_broker
     from strom.testing.kafka import running_kafka
 
@@ -550,7 +566,7 @@ def run_kafka_streams(params: dict[str, Any], results: list[Result]) -> None:
     with tempfile.TemporaryDirectory(prefix="strom-bench-kafka-streams-") as tmp:
         _progress(f"kafka streams: word count of {lines:,} lines on Kafka, then on Strom")
         with running_kafka(1, root=tmp, config={"auto.create.topics.enable": "false"}) as kafka, \
-                running_broker(Path(tmp) / "strom") as broker:
+                running_broker(Path(tmp) / "strom", config=kw.strom_beside_kafka(1)) as broker:
             got = ks.compare(kafka.bootstrap, broker.kafka_bootstrap, Path(tmp) / "runs", lines,
                              int(params["repeats"]))
     for side in ("kafka", "strom"):
@@ -629,8 +645,8 @@ def run_kafka_replicated(params: dict[str, int | float], results: list[Result]) 
             _replicated_rows((KAFKA_RF1, KAFKA_RF3), kafka.bootstrap, create, sizes, reps,
                              results)
         _progress("kafka replication: starting 3 Strom brokers")
-        with running_cluster(Path(tmp) / "strom", brokers=3,
-                             config={"log.segment.bytes": str(256 << 20)}) as cluster:
+        with running_cluster(Path(tmp) / "strom", brokers=3, config=kw.strom_beside_kafka(
+                3, {"log.segment.bytes": str(256 << 20)})) as cluster:
             create = functools.partial(sw.create_topic, cluster.bootstrap)
             _replicated_rows(("strom (confluent-kafka) RF=1 acks=1 (3 brokers)", VIA_RF3),
                              cluster.kafka_bootstrap, create, sizes, reps, results)
@@ -759,7 +775,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any], list[Result]], None]] = {
     "partition-scale": run_partition_scale, "partition-scale-rf3": run_partition_scale_rf3,
     "replication": run_strom_replicated, "failover": run_failover, "groups": run_groups,
     "kafka-listener": run_kafka_listener,
-    "kafka": run_kafka, "kafka-replication": run_kafka_replicated,
+    "kafka": run_kafka, "kafka-tools": run_kafka_tools, "kafka-replication": run_kafka_replicated,
     "kafka-failover": run_kafka_failover, "kafka-curve8": run_kafka_curve8,
     "kafka-streams": run_kafka_streams,
     "peers": run_peers,
@@ -769,8 +785,8 @@ SECTIONS: dict[str, Callable[[dict[str, Any], list[Result]], None]] = {
 
 
 #: Sections that measure a peer (``--no-peers`` leaves them out).
-PEER_SECTIONS = ("peers", "kafka", "kafka-replication", "kafka-failover", "kafka-curve8",
-                 "kafka-streams")
+PEER_SECTIONS = ("peers", "kafka", "kafka-tools", "kafka-replication", "kafka-failover",
+                 "kafka-curve8", "kafka-streams")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ import os
 import re
 import struct
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.strom_workloads import Throughput, run_latency, send_paced, timed_catch_up
@@ -31,6 +32,18 @@ LINGER_MS = 5
 
 #: Topics of the Kafka-protocol rows: created and led before a run starts (one implementation).
 create_topic = create_led_topic
+def strom_beside_kafka(nodes: int, config: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The config of Strom brokers measured beside a reference Kafka of ``nodes`` nodes
+    (:func:`strom.testing.kafka.running_kafka`): every setting the reference changes from
+    Kafka's defaults that Strom has too, at the same value, then ``config``. Without it a fresh
+    group waited Strom's default 3 s ``group.initial.rebalance.delay.ms`` against the
+    reference's 0, and ConsumerPerformance (whose rate counts the group join) read Strom at
+    0.2-0.3x of Kafka while Strom's fetch rate was on par."""
+    from strom.broker.config import KEYS
+    from strom.testing.kafka import reference_settings
+
+    same = {k: v for k, v in reference_settings(min(nodes, 3)).items() if k in KEYS}
+    return {**same, **(config or {})}
 
 
 def _producer(bootstrap: str, **overrides: Any) -> Any:

@@ -61,6 +61,7 @@ __all__ = [
     "api_versions_ok",
     "kafka_fixture",
     "random_cluster_id",
+    "reference_settings",
     "running_kafka",
 ]
 
@@ -76,6 +77,23 @@ STARTUP_TIMEOUT_S = 180.0
 #: A node that has not stopped 20 s after SIGTERM is killed.
 STOP_TIMEOUT_S = 20.0
 FORMAT_TIMEOUT_S = 60.0
+
+def reference_settings(replication: int) -> dict[str, str]:
+    """What the reference cluster changes from Kafka's defaults (``config`` overrides these):
+    internal topics at ``replication`` (``min(nodes, 3)``) and no initial rebalance delay (a
+    group's first member is assigned at once, not after Kafka's default 3 s). Anything measured
+    beside Kafka gets the same values where it has the same key (the benchmarks' Strom brokers:
+    ``benchmarks.kafka_workloads.strom_beside_kafka``), else a fresh group's join costs one
+    side 3 s the other does not."""
+    return {
+        "offsets.topic.replication.factor": str(replication),
+        "transaction.state.log.replication.factor": str(replication),
+        "transaction.state.log.min.isr": str(min(replication, 2)),
+        "share.coordinator.state.topic.replication.factor": str(replication),
+        "share.coordinator.state.topic.min.isr": str(min(replication, 2)),
+        "group.initial.rebalance.delay.ms": "0",
+    }
+
 
 LOG4J2 = """\
 status = warn
@@ -160,14 +178,7 @@ class KafkaNode:
                    overrides: Mapping[str, str]) -> dict[str, str]:
         """This node's server.properties: Kafka's defaults, test-sized internal topics, then
         ``overrides``, then what the cluster cannot work without (ids, listeners, dirs)."""
-        base = {
-            "offsets.topic.replication.factor": str(replication),
-            "transaction.state.log.replication.factor": str(replication),
-            "transaction.state.log.min.isr": str(min(replication, 2)),
-            "share.coordinator.state.topic.replication.factor": str(replication),
-            "share.coordinator.state.topic.min.isr": str(min(replication, 2)),
-            "group.initial.rebalance.delay.ms": "0",
-        }
+        base = reference_settings(replication)
         fixed = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),

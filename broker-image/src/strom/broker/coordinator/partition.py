@@ -235,6 +235,9 @@ class CoordinatorPartition:
             group = self.groups[group_id] = Group(group_id, self.settings.group)
             self._feed_counts(group)
         event = replace(request, request_id=request_id)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("group %s (%s, generation %d): request %s %s", group_id,
+                      group.state.value, group.generation, request_id, _brief(event))
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = (future, request)
         try:
@@ -290,6 +293,8 @@ class CoordinatorPartition:
                          out.generation, out.duration_ms)
                 self._observer.rebalance_completed(out.group_id, out.duration_ms)
             elif isinstance(out, StateChanged):
+                log.debug("group %s: %s -> %s (generation %d)", out.group_id, out.old.value,
+                          out.new.value, group.generation)
                 persist |= out.new in (GroupState.STABLE, GroupState.EMPTY)
             elif isinstance(out, MemberRemoved):
                 removed = True
@@ -320,6 +325,8 @@ class CoordinatorPartition:
 
     def _deliver(self, responses: Iterable[Response]) -> None:
         for response in responses:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("answer %s %s", response.request_id, _brief(response))
             waiting = self._waiting.get(response.request_id)
             if waiting is not None and not waiting[0].done():
                 waiting[0].set_result(response)
@@ -535,6 +542,27 @@ class CoordinatorPartition:
         for group_id, offsets in self.store.offsets.items():
             for tp, value in offsets.items():
                 yield group_id, tp, value.offset
+
+
+def _brief(message: Request | Response) -> str:
+    """One debug line for a request or a response: its type and the fields that tell a group's
+    story (member, generation, error, leader, members, assignment), without metadata bytes."""
+    fields = [type(message).__name__]
+    for name in ("member_id", "generation", "error", "leader_id", "protocol_name"):
+        value = getattr(message, name, None)
+        if value is not None and value != "":
+            fields.append(f"{name}={getattr(value, 'name', value)}")
+    if isinstance(message, JoinGroup):
+        fields.append(f"topics={list(message.subscription.topics)}")
+    elif isinstance(message, JoinGroupResponse) and message.members:
+        fields.append(f"members={[m.member_id for m in message.members]}")
+    elif isinstance(message, SyncGroup) and message.assignments is not None:
+        fields.append(f"assignments={dict(message.assignments)}")
+    elif isinstance(message, SyncGroupResponse):
+        fields.append(f"assignment={list(message.assignment)}")
+    elif isinstance(message, LeaveGroup):
+        fields.append(f"members={[m.member_id for m in message.members]}")
+    return " ".join(fields)
 
 
 _RESPONSES = (JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse)

@@ -129,7 +129,7 @@ class GroupCoordinator:
         if leading and view is not None:
             part = CoordinatorPartition(partition, view.leader_epoch, self.settings,
                                         self._appender(partition), self._clock,
-                                        lambda: self._counts, self._metrics)
+                                        self.current_counts, self._metrics)
             self.partitions[partition] = part
             self._spawn(self._load(part))
 
@@ -186,10 +186,7 @@ class GroupCoordinator:
             await asyncio.sleep(self.settings.metadata_poll_ms / 1000)
             try:
                 self._reconcile_all()
-                if self._refresh_counts():
-                    for part in list(self.partitions.values()):
-                        part.metadata_changed(self._counts)
-                        self._forget_deleted_topics(part)
+                self._publish_counts()
                 now = self._clock()
                 if now >= self._next_expiry_ms:
                     self._next_expiry_ms = now + self.settings.retention_check_interval_ms
@@ -206,6 +203,24 @@ class GroupCoordinator:
             log.info("%s-%d: deleting committed offsets of deleted topics %s", OFFSETS_TOPIC,
                      part.partition, sorted(gone))
             self._spawn(part.forget_topics(gone))
+
+    def current_counts(self) -> Mapping[str, int]:
+        """Every topic's partition count in the metadata image now, for the partitions' groups.
+
+        A change since the last look is handed to every partition's groups first (a group
+        whose subscribed topic changed since its generation formed rebalances), exactly as the
+        housekeeping pass would. The partitions ask before each group request and timer tick,
+        so a generation is formed against the topics that exist when it forms: with only the
+        once-a-second pass, a group formed right after its topic was created took the topic
+        as missing and was rebalanced again at the next pass, a round Kafka never starts."""
+        self._publish_counts()
+        return self._counts
+
+    def _publish_counts(self) -> None:
+        if self._refresh_counts():
+            for part in list(self.partitions.values()):
+                part.metadata_changed(self._counts)
+                self._forget_deleted_topics(part)
 
     def _refresh_counts(self) -> bool:
         """Reread partition counts when the image moved; True when one changed."""

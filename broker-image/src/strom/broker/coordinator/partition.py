@@ -154,6 +154,10 @@ class CoordinatorPartition:
         self.groups: dict[str, Group] = {}
         self._append = append
         self._clock = clock_ms
+        # The topics' partition counts now. The coordinator's (``current_counts``) first hands
+        # a change since its last look to every partition's groups (``metadata_changed``), so
+        # calling it before a group request or tick means a generation that forms then is
+        # compared against the topics as they are, not as the last once-a-second pass saw them.
         self._partition_counts = partition_counts
         self._observer: GroupObserver = observer or _NoObserver()
         self._ids = itertools.count()
@@ -226,6 +230,7 @@ class CoordinatorPartition:
     async def handle(self, group_id: str, request: Request) -> Response:
         """Join, Sync, Heartbeat or Leave; waits until the group answers (or unload)."""
         self.check_active()
+        self._partition_counts()  # a topic change first reaches the groups (see __init__)
         request_id = next(self._ids)
         group = self.groups.get(group_id)
         created = group is None
@@ -256,6 +261,7 @@ class CoordinatorPartition:
         if self.state is not LoadState.ACTIVE:
             return
         now = self._clock() if now_ms is None else now_ms
+        self._partition_counts()  # a topic change first reaches the groups (see __init__)
         for group in list(self.groups.values()):
             deadline = group.next_deadline_ms()
             if deadline is not None and deadline <= now:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +28,7 @@ from kio.schema.sync_group.v5 import response as sg_resp
 from kio.static.primitive import i32Timedelta
 
 from strom.testing import BrokerProcess
+from strom.testing.compat import polled
 
 from .conftest import kafka_call, new_topic
 
@@ -73,22 +73,14 @@ class UserDataAssignor(AbstractPartitionAssignor):
 
 @contextlib.contextmanager
 def _polling(consumers: list[KafkaConsumer]) -> Iterator[None]:
-    """Each consumer polls in its own thread (kafka-python joins and heartbeats from poll)."""
-    stop = threading.Event()
-
-    def run(c: KafkaConsumer) -> None:
-        while not stop.is_set():
-            c.poll(timeout_ms=100)
-
-    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in consumers]
-    for t in threads:
-        t.start()
+    """Each consumer polls in its own thread (kafka-python joins and heartbeats from poll;
+    :func:`strom.testing.compat.polled`), and is closed after."""
     try:
-        yield
+        with contextlib.ExitStack() as stack:
+            for c in consumers:
+                stack.enter_context(polled(c))
+            yield
     finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=10)
         for c in consumers:
             c.close()
 

@@ -144,13 +144,16 @@ def generations(bootstrap: str, topic: str, group: str) -> list[tuple[str, int, 
 
     Each consumer is polled from its own thread (:func:`strom.testing.compat.polled`):
     kafka-python drops a rebalance round that completes outside its ``poll()``, and two
-    consumers polled in turns kept a leader re-joining round after round."""
+    consumers polled in turns kept a leader re-joining round after round (on both servers)."""
     topic_with_records(bootstrap, topic, 2, 1)
 
     def consumer() -> KafkaConsumer:
         c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
                           enable_auto_commit=False, heartbeat_interval_ms=300,
                           session_timeout_ms=6000)
+        # a leader assigns from its own metadata: without the topic's, kafka-python assigns
+        # nothing and re-joins once it learns them (a round it may lose, see polled)
+        assert c.partitions_for_topic(topic) == {0, 1}
         return c
 
     def gen(c: KafkaConsumer) -> int:

@@ -119,7 +119,7 @@ def records_with_everything(n: int) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def polled(consumer: Any, timeout_ms: int = 100) -> Iterator[None]:
+def polled(consumer: Any, timeout_ms: int = 1000) -> Iterator[None]:
     """Poll a kafka-python ``KafkaConsumer`` from its own thread until the block ends, as an
     application's consumer loop does; an exception raised by ``poll()`` is raised at the end.
 
@@ -130,9 +130,14 @@ def polled(consumer: Any, timeout_ms: int = 100) -> Iterator[None]:
     round on Kafka and Strom alike. Two consumers polled in turns from one thread made every
     round end inside the other consumer's ``poll()`` (the follower's rejoin completes it), and
     rounds followed one another until the leader's answers happened to come during its own
-    (67 rounds in 29 s seen on Strom, see docs/decisions.md "Consumer groups in the compat
-    suite"). A consumer polled without pause drops a round only in the gap between two
-    calls."""
+    (67 rounds in 29 s seen on Strom, 17 on Kafka; docs/decisions.md "Consumer groups in the
+    compat suite"). A consumer polled without pause drops a round only in the gap between two
+    calls, and each call is long (``timeout_ms``, 1 s) so that a round rarely spans two: a
+    round that the leader re-joins for a metadata change (its first assignment was made
+    without the topic's metadata) is lost outright when the call that started it returns
+    first, since its own assignment already made ``need_rejoin()`` false (seen 2 of 15 times
+    on Kafka with 100 ms calls). Ask for the topic's partitions before polling
+    (``partitions_for_topic``) so a first assignment has them."""
     stop = threading.Event()
     failures: list[BaseException] = []
 

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from strom.broker.core import BrokerCore
+from strom.broker.metadata import TopicRecord
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.requests import require_topic_names
 from strom.broker.topics import INTERNAL_TOPICS
@@ -57,19 +58,70 @@ async def handle(core: BrokerCore, request: ProduceRequestLike) -> broker_pb2.Pr
     _check(request)
     timeout_ms = request.timeout_ms or DEFAULT_TIMEOUT_MS
     response = broker_pb2.ProduceResponse()
-    outs = [_new_out(response, data) for data in request.partitions]
     results: list[AppendResult | None]
-    if request.acks != -1 or len(outs) == 1:
-        # nothing waits for followers: each partition's append runs to the end without
-        # suspending (bar an auto-creation), so one after the other, without a task each
-        results = [await _produce_one(core, data, request.acks, timeout_ms, out)
-                   for data, out in zip(request.partitions, outs, strict=True)]
+    if request.acks != -1:
+        results = await _produce_in_turn(core, request.partitions, request.acks, timeout_ms,
+                                         response)
     else:
-        results = await asyncio.gather(*(_produce_one(core, data, request.acks, timeout_ms, out)
-                                         for data, out in zip(request.partitions, outs,
-                                                              strict=True)))
+        outs = [_new_out(response, data) for data in request.partitions]
+        if len(outs) == 1:
+            results = [await _produce_one(core, request.partitions[0], -1, timeout_ms, outs[0])]
+        else:
+            results = await asyncio.gather(*(
+                _produce_one(core, data, request.acks, timeout_ms, out)
+                for data, out in zip(request.partitions, outs, strict=True)))
     _count(core.metrics, request.partitions, results)
     return response
+
+
+async def _produce_in_turn(core: BrokerCore, partitions: Sequence[PartitionDataLike], acks: int,
+                           timeout_ms: int, response: broker_pb2.ProduceResponse
+                           ) -> list[AppendResult | None]:
+    """acks 0 and 1: nothing waits for followers, so the partitions are appended one after the
+    other, each to the end, in one loop without a coroutine, a task or a future per partition
+    (issue 21: a request carries hundreds of one-batch partitions). Each topic's record and
+    log config are looked up once per request: nothing else runs on the event loop between two
+    partitions, so the metadata cannot change meanwhile, bar an auto-creation, which suspends
+    and so goes through :func:`_produce_one` and forgets what was looked up. Answers, errors
+    and their order are :func:`_produce_one`'s for each partition in turn."""
+    add = response.partitions.add
+    append_now = core.replicas.append_now
+    records_of: dict[str, TopicRecord | StromError] = {}
+    checked: set[str] = set()
+    results: list[AppendResult | None] = []
+    for data in partitions:
+        topic, partition = data.topic, data.partition
+        out = add(topic=topic, partition=partition, base_offset=-1, log_append_time_ms=-1,
+                  log_start_offset=-1)
+        record = records_of.get(topic)
+        if record is None:
+            try:
+                record = _existing(core, topic)
+            except StromError as err:
+                record = err
+            if record is None:  # an auto-creation may suspend: the general path
+                results.append(await _produce_one(core, data, acks, timeout_ms, out))
+                records_of.clear()
+                checked.clear()
+                continue
+            records_of[topic] = record
+        if isinstance(record, StromError):
+            _failed(core, data, out, record)
+            results.append(None)
+            continue
+        try:
+            _check_partition(record, topic, partition)
+            if topic not in checked:  # its effective config, as _target (unused by acks 0/1)
+                core.topics.log_config(topic)
+                checked.add(topic)
+            result, plog = append_now(topic, partition, data.records)
+        except Exception as exc:  # as _produce_one: per partition
+            _failed(core, data, out, exc)
+            results.append(None)
+            continue
+        _set_result(out, result, plog.log_start_offset)
+        results.append(result)
+    return results
 
 
 def _count(metrics: BrokerMetrics, partitions: Sequence[PartitionDataLike],
@@ -183,25 +235,36 @@ def _fail(out: broker_pb2.PartitionProduceResponse, err: StromError,
     metrics.partition_errors.labels("Produce", err.code.name).inc()
 
 
-async def _target(core: BrokerCore, topic: str, partition: int) -> LogConfig:
-    """The log configuration of a partition producers may write, or a StromError saying why
-    not (an unknown topic is created with auto.create.topics.enable)."""
+def _existing(core: BrokerCore, topic: str) -> TopicRecord | None:
+    """The record of a topic producers may write, None if it does not exist (yet), or a
+    StromError if it is one of the broker's own."""
     record = core.metadata.topic(topic)
     if topic in PRODUCE_FORBIDDEN:
         raise StromError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                          f"topic {topic!r} is internal (it holds the cluster's own "
                          f"state); producers cannot write to it")
+    return record
+
+
+def _check_partition(record: TopicRecord, topic: str, partition: int) -> None:
+    if not 0 <= partition < record.partitions:
+        raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         f"partition {partition} of topic {topic!r} does not exist; "
+                         f"the topic has {record.partitions} partitions "
+                         f"(0..{record.partitions - 1})")
+
+
+async def _target(core: BrokerCore, topic: str, partition: int) -> LogConfig:
+    """The log configuration of a partition producers may write, or a StromError saying why
+    not (an unknown topic is created with auto.create.topics.enable)."""
+    record = _existing(core, topic)
     if record is None:
         record = await core.topics.auto_create(topic)
     if record is None:
         raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                          f"topic {topic!r} does not exist; create it first (or enable "
                          f"auto.create.topics.enable)")
-    if not 0 <= partition < record.partitions:
-        raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                         f"partition {partition} of topic {topic!r} does not exist; "
-                         f"the topic has {record.partitions} partitions "
-                         f"(0..{record.partitions - 1})")
+    _check_partition(record, topic, partition)
     return core.topics.log_config(topic)
 
 
@@ -209,26 +272,33 @@ async def _produce_one(core: BrokerCore, data: PartitionDataLike, acks: int,
                        timeout_ms: int, out: broker_pb2.PartitionProduceResponse
                        ) -> AppendResult | None:
     """Append one partition's records and fill ``out``; the append's result, None if failed."""
-    metrics = core.metrics
     try:
         config = await _target(core, data.topic, data.partition)
         result = await core.replicas.append(data.topic, data.partition, data.records, acks,
                                             config, timeout_ms)
-    except StromError as err:
-        _fail(out, err, metrics)
-        if err.code == ErrorCode.KAFKA_STORAGE_ERROR:
-            _log.warning(f"storage {data.topic}", "produce to %s-%d failed: %s", data.topic,
-                         data.partition, err.message)
-        return None
     except Exception as exc:  # one partition's surprise never fails the others
-        _log.error(f"unexpected {type(exc).__name__}", "produce to %s-%d failed unexpectedly",
-                   data.topic, data.partition, exc_info=True)
-        _fail(out, StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
-                              f"{type(exc).__name__}: {exc}; see the broker log"), metrics)
+        _failed(core, data, out, exc)
         return None
     plog = core.replicas.get(data.topic, data.partition)
     _set_result(out, result, plog.log_start_offset if plog is not None else 0)
     return result
+
+
+def _failed(core: BrokerCore, data: PartitionDataLike, out: broker_pb2.PartitionProduceResponse,
+            exc: Exception) -> None:
+    """Answer a partition's failed append: its error code, or UNKNOWN_SERVER_ERROR for a
+    surprise (logged with its traceback: call it in the ``except`` block); a storage error is
+    logged, rate-limited."""
+    if isinstance(exc, StromError):
+        _fail(out, exc, core.metrics)
+        if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
+            _log.warning(f"storage {data.topic}", "produce to %s-%d failed: %s", data.topic,
+                         data.partition, exc.message)
+        return
+    _log.error(f"unexpected {type(exc).__name__}", "produce to %s-%d failed unexpectedly",
+               data.topic, data.partition, exc_info=True)
+    _fail(out, StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                          f"{type(exc).__name__}: {exc}; see the broker log"), core.metrics)
 
 
 def _set_result(out: broker_pb2.PartitionProduceResponse, result: AppendResult,

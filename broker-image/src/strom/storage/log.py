@@ -136,9 +136,8 @@ class PartitionLog:
                  clock: Callable[[], int], segments: list[LogSegment], log_start_offset: int,
                  high_watermark: int | None, epochs: LeaderEpochCache) -> None:
         self.directory = directory
-        self.config = config
-        self._policy: tuple[LogConfig | None, RecordPolicy] = (None, RecordPolicy())
-        """The record policy of ``config`` (rebuilt when ``config`` is replaced)."""
+        self._config = config
+        self._derive(config)
         self.topic = topic
         self.partition = partition
         self._clock = clock
@@ -361,6 +360,26 @@ class PartitionLog:
         partition_metadata.write_topic_id(self.directory, topic_id)
         self.topic_id = topic_id
 
+    # ---- configuration ---------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self._config = config
+        self._derive(config)
+
+    def _derive(self, config: LogConfig) -> None:
+        """What every append reads from the config, computed once per config, not per batch
+        (properties that split ``cleanup.policy``, a RecordPolicy each: issue 21)."""
+        self._policy = RecordPolicy(
+            config.log_append_time, config.compact, config.message_timestamp_before_max_ms,
+            config.message_timestamp_after_max_ms)
+        self._compact = config.compact
+        self._max_segment_ms = config.max_segment_ms
+
     # ---- state read on first use (a deferred open) ------------------------------------------
 
     _segments: _ReadOnFirstUse[list[LogSegment]] = _ReadOnFirstUse()
@@ -493,11 +512,8 @@ class PartitionLog:
         config = self.config
         headers = validate_batches(records, max_batch_bytes=config.max_message_bytes)
         now = self._clock()
-        if self._policy[0] is not config:  # made once per configuration, not per append
-            self._policy = (config, RecordPolicy(
-                config.log_append_time, config.compact, config.message_timestamp_before_max_ms,
-                config.message_timestamp_after_max_ms))
-        max_stamps = validate_records(records, headers, self._policy[1], now)
+        policy = self._policy
+        max_stamps = validate_records(records, headers, policy, now)
         if config.compression_type != "producer":
             rebuilt = recompress(records, headers, Compression.parse(config.compression_type))
             if rebuilt is not None:
@@ -515,7 +531,7 @@ class PartitionLog:
                     record_count=dup.last_offset - dup.first_offset + 1, size_bytes=0,
                     log_append_time_ms=-1, max_timestamp=max(h.max_timestamp for h in headers),
                     duplicate=True), []
-        append_time = config.log_append_time
+        append_time = policy.log_append_time
         offset = self.log_end_offset
         buf: bytes | bytearray | memoryview = records
         wrong_max = not append_time and (
@@ -590,15 +606,29 @@ class PartitionLog:
     def _must_roll(self, seg: LogSegment, h: BatchHeader, now: int) -> bool:
         if seg.empty:
             return h.base_offset != seg.base_offset
-        if h.base_offset != seg.next_offset and not self.config.compact:
+        if h.base_offset != seg.next_offset and not self._compact:
             return True  # keep never-compacted segments contiguous (recovery relies on it)
-        return (seg.size + h.size > self.config.segment_bytes or seg.index.full
+        return (seg.size + h.size > self._config.segment_bytes or seg.index.full
                 or seg.time_index.full or h.last_offset - seg.base_offset > INT32_MAX
-                or now - seg.created_ms > self.config.max_segment_ms)
+                or now - seg.created_ms > self._max_segment_ms)
 
     def _write(self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader],
                now: int, *, offsets_from_headers: bool = False) -> None:
         self._touch()
+        if len(headers) == 1:  # a produce over many partitions: one batch each (issue 21)
+            h = headers[0]
+            seg = self._segments[-1]
+            if self._must_roll(seg, h, now):
+                seg = self._roll(now, h.base_offset)
+            if seg.empty:
+                seg.created_ms = now
+            seg.append(buf, headers, offsets_from_headers=offsets_from_headers)
+            self._producers.update(h)
+            self._unflushed_messages += h.records_count
+            if (self._unflushed_messages >= self._config.flush_messages
+                    or now - self._last_flush_ms >= self._config.flush_ms):
+                self.flush()
+            return
         i = 0
         while i < len(headers):
             seg = self._segments[-1]
@@ -619,10 +649,9 @@ class PartitionLog:
             seg.append(buf, headers[i:j], offsets_from_headers=offsets_from_headers)
             self._producers.update_all(headers[i:j])
             i = j
-        self._unflushed_messages += (headers[0].records_count if len(headers) == 1
-                                     else sum(h.records_count for h in headers))
-        if (self._unflushed_messages >= self.config.flush_messages
-                or now - self._last_flush_ms >= self.config.flush_ms):
+        self._unflushed_messages += sum(h.records_count for h in headers)
+        if (self._unflushed_messages >= self._config.flush_messages
+                or now - self._last_flush_ms >= self._config.flush_ms):
             self.flush()
 
     def _new_segment(self, base_offset: int, now: int) -> LogSegment:
@@ -662,7 +691,7 @@ class PartitionLog:
             return
         now = self._clock() if now_ms is None else now_ms
         active = self._segments[-1]
-        if not active.empty and now - active.created_ms > self.config.max_segment_ms:
+        if not active.empty and now - active.created_ms > self._max_segment_ms:
             self._roll(now)
         if now - self._last_producer_expiry >= _PRODUCER_EXPIRY_CHECK_MS:
             self._last_producer_expiry = now

@@ -251,6 +251,16 @@ class LogSegment:
         epoch) are taken from its header object instead of ``buf`` — the leader assigns offsets
         this way without copying the producer's bytes (one ``pwritev``).
         """
+        if offsets_from_headers and len(headers) == 1:  # one batch a partition (issue 21)
+            h = headers[0]
+            size = h.size
+            position = self.size
+            _pwritev_all(self.fd, [offsets_prefix(h), memoryview(buf)[
+                h.position + OFFSETS_PREFIX:h.position + size]], position, size)
+            self._index_batch(h, position)
+            self.size = position + size
+            self.dirty = True
+            return
         start = headers[0].position
         end = headers[-1].position + headers[-1].size
         if offsets_from_headers:
@@ -424,9 +434,9 @@ def _header(buf: bytes, at: int, position: int) -> BatchHeader:
     (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
      base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
      records_count) = _HEADER.unpack_from(buf, at)
-    return BatchHeader(base_offset, batch_length, leader_epoch, magic, crc, attributes,
-                       last_offset_delta, base_timestamp, max_timestamp, producer_id,
-                       producer_epoch, base_sequence, records_count, position)
+    return BatchHeader._make((base_offset, batch_length, leader_epoch, magic, crc, attributes,
+                              last_offset_delta, base_timestamp, max_timestamp, producer_id,
+                              producer_epoch, base_sequence, records_count, position))
 
 
 def _check_header(h: BatchHeader, position: int, end: int, expected: int, strict: bool,

@@ -20,7 +20,7 @@ Pure functions, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 from google.protobuf.message import DecodeError, Message
@@ -29,6 +29,7 @@ Buffer = bytes | bytearray | memoryview
 
 Head = TypeVar("Head", bound=Message)
 Item = TypeVar("Item", bound=Message)
+T = TypeVar("T")
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -134,15 +135,30 @@ def decode(data: Buffer, head_type: type[Head], items_field: int, item_type: typ
            records_field: int) -> tuple[Head, list[tuple[Item, memoryview]]]:
     """Inverse of :func:`encode` for any protobuf encoding of the same message: the head
     without its items, and each item without its records beside a view of those records."""
+    return decode_with(data, head_type, items_field, lambda buf, start, end: _decode_item(
+        buf, start, end, item_type, records_field))
+
+
+def decode_with(data: Buffer, head_type: type[Head], items_field: int,
+                read_item: Callable[[memoryview, int, int], T]) -> tuple[Head, list[T]]:
+    """:func:`decode` with each item read by ``read_item(buffer, start, end)`` (its bytes are
+    ``buffer[start:end]``): the head without its items, and what ``read_item`` made of each."""
     buf = memoryview(data).cast("B")
     rest: list[tuple[int, int]] = []
-    items: list[tuple[Item, memoryview]] = []
+    items: list[T] = []
     for number, wire_type, start, value_start, value_end in _fields(buf, 0, len(buf)):
         if number == items_field and wire_type == _LEN:
-            items.append(_decode_item(buf, value_start, value_end, item_type, records_field))
+            items.append(read_item(buf, value_start, value_end))
         else:
             rest.append((start, value_end))
     return _parse(head_type, buf, _merged(rest)), items
+
+
+def decode_item(buf: memoryview, pos: int, end: int, item_type: type[Item],
+                records_field: int) -> tuple[Item, memoryview]:
+    """One item of :func:`decode`: the message at ``buf[pos:end]`` without its records field,
+    and a view of those records."""
+    return _decode_item(buf, pos, end, item_type, records_field)
 
 
 def _decode_item(buf: memoryview, pos: int, end: int, item_type: type[Item],

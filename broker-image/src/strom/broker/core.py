@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from strom.broker.alter_partition import AlterPartitionManager
@@ -49,6 +49,10 @@ DEFERRED_SLICE_S = 0.02
 """Longest stretch of reading deferred logs between two yields to the event loop."""
 DEFERRED_PAUSE_S = 0.005
 """Pause between two slices, so requests keep being served while the rest loads."""
+SEGMENT_FILES_SLICE_S = 0.01
+"""Longest stretch of creating new partitions' segment files between two yields."""
+SEGMENT_FILES_PAUSE_S = 0.01
+"""Pause between two slices of segment-file creation: at most half the loop's time."""
 
 
 @dataclass
@@ -66,6 +70,8 @@ class BrokerCore:
     isr_changes: AlterPartitionManager
     _stopped: bool = False
     _loader: asyncio.Task[None] | None = None
+    _file_creator: asyncio.Task[None] | None = None
+    _files_wanted: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
     def create(cls, config: BrokerConfig, *, port: int,
@@ -197,8 +203,23 @@ class BrokerCore:
         log.info("read the %d partition logs deferred at start in %.1fs", total,
                  time.monotonic() - started)
 
+    async def _create_segment_files(self) -> None:
+        """Create new partitions' segment files in short slices while the broker serves, so
+        that their first Produce does not (:meth:`LogManager.create_segment_files`)."""
+        while True:
+            await self._files_wanted.wait()
+            self._files_wanted.clear()
+            while True:
+                await asyncio.sleep(SEGMENT_FILES_PAUSE_S)
+                if not self.logs.create_segment_files(SEGMENT_FILES_SLICE_S):
+                    break
+
     async def start(self) -> None:
         """Join the cluster: replay the metadata log, register, catch up, publish, get unfenced."""
+        self.logs.on_unborn = self._files_wanted.set
+        self._files_wanted.set()  # any log created before
+        self._file_creator = spawn("segment-file-creator", self._create_segment_files,
+                                   restartable=True)
         await self.replicas.start()
         self.link.before_heartbeats = self._report_before_unfencing
         await self.link.start()
@@ -248,8 +269,8 @@ class BrokerCore:
         if self._stopped:
             return
         self._stopped = True
-        if self._loader is not None:
-            await cancel_and_wait([self._loader])
+        await cancel_and_wait([t for t in (self._loader, self._file_creator) if t is not None])
+        self.logs.on_unborn = None
         await self.groups.stop()
         await self.publisher.stop()
         self.replicas.waiters.close()

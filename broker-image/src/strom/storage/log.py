@@ -355,6 +355,18 @@ class PartitionLog:
         self._producers.expiration_ms = producer_id_expiration_ms
         return self
 
+    def create_segment_file(self) -> bool:
+        """Create the file of a new log's first segment before its first write (which would
+        otherwise create it, see ``LogSegment.create``); True if it did. Raises OSError (the
+        log is unchanged: its first write tries again and answers the error)."""
+        if self._closed or self.offline is not None or self._deferred is not None:
+            return False
+        active = self._segments[-1]
+        if not active.unborn:
+            return False
+        active.create_file()
+        return True
+
     def write_topic_id(self, topic_id: str) -> None:
         """Record the topic id this directory belongs to (``partition.metadata``)."""
         partition_metadata.write_topic_id(self.directory, topic_id)

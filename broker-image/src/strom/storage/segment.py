@@ -125,8 +125,9 @@ class LogSegment:
                max_index_bytes: int, now_ms: int, fresh: bool = False) -> LogSegment:
         """A new, empty segment. ``fresh``: no file of it can exist (a new partition's
         directory, or one recovery found without segments), so none is removed, and the
-        ``.log`` file is created by the first write: creating 10,000 partitions spent a third
-        of its file-system time creating empty segment files (issue 21)."""
+        ``.log`` file is created by the first write (or before it by :meth:`create_file`,
+        which a broker calls in the background): creating 10,000 partitions spent a third of
+        its file-system time creating empty segment files (issue 21)."""
         log_path, index_path, time_path = segment_paths(directory, base_offset)
         fd: int | None = None
         if not fresh:
@@ -169,6 +170,19 @@ class LogSegment:
         else:
             HANDLES.touch(self)
         return fd
+
+    @property
+    def unborn(self) -> bool:
+        """Its ``.log`` file does not exist yet (a fresh segment, never written)."""
+        return self._unborn
+
+    def create_file(self) -> None:
+        """Create the ``.log`` file of an unborn segment now, empty and without keeping a
+        descriptor, so that its first write only opens it (creating a file costs ~0.6 ms of
+        CPU on this machine's ext4, opening one ~5 us). A no-op for any other segment."""
+        if self._unborn and self._fd is None:
+            os.close(fileops.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+            self._unborn = False
 
     @property
     def has_fd(self) -> bool:

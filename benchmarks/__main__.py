@@ -370,7 +370,7 @@ def run_kafka(params: dict[str, int | float], results: list[Result], *,
 def run_kafka_tools(params: dict[str, int | float], results: list[Result]) -> None:
     """Only the ``kafka`` section's rows of Kafka's own Java tools (ProducerPerformance,
     ConsumerPerformance, EndToEndLatency against both servers), without its confluent-kafka
-    rows: a few minutes instead of ~15 with ``--medium``."""
+    rows (``--medium``: ~13 min at load 12-16)."""
     run_kafka(params, results, client_rows=False)
 
 

@@ -8,8 +8,10 @@ aiokafka ships (gzip, snappy, lz4, zstd); a group's range assignment, generation
 a restart from the committed offsets; static members coming back without a rebalance;
 ListOffsets by time, earliest and latest, seeks, DeleteRecords; the errors aiokafka raises for
 the same mistakes; its admin client (AIOKafkaAdminClient) on topics, configs, records and
-groups. A transactional producer is the one deliberate difference (Strom has no transactions):
-the test checks that it is refused at once.
+groups; a pattern subscription following topics as they are created; read_committed reads
+(every record, the last stable offset at the high watermark); pause() and resume(). A
+transactional producer is the one deliberate difference (Strom has no transactions): the test
+checks that it is refused at once.
 """
 
 from __future__ import annotations
@@ -659,3 +661,181 @@ def test_admin_client_topics_and_configs(pair: Any, name: Callable[[str], str]) 
              for e in kafka["describe configs after alter"][0]["config_entries"]}
     assert after["retention.ms"] == ("60000", 1)
     assert after["cleanup.policy"] == ("delete", 5)  # the override AlterConfigs left out
+
+
+async def getmany_until(consumer: AIOKafkaConsumer, count: int, what: str,
+                        timeout: float = 30) -> list[tuple[str, int, int, bytes]]:
+    """At least ``count`` records through getmany(), as (topic, partition, offset, value),
+    sorted; AssertionError naming ``what`` after ``timeout`` s."""
+    got: list[tuple[str, int, int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"{what}: {len(got)} of {count} after {timeout} s"
+        for batch in (await consumer.getmany(timeout_ms=300)).values():
+            got.extend((r.topic, r.partition, r.offset, r.value) for r in batch)
+    return sorted(got)
+
+
+async def nothing_for(consumer: AIOKafkaConsumer, seconds: float) -> list[tuple[int, int]]:
+    """What getmany() returns in ``seconds`` (partition, offset): [] when nothing may come."""
+    got: list[tuple[int, int]] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for batch in (await consumer.getmany(timeout_ms=200)).values():
+            got.extend((r.partition, r.offset) for r in batch)
+    return got
+
+
+async def pattern_scenario(bootstrap: str, prefix: str, group: str) -> dict[str, Any]:
+    """A member subscribed by pattern: the matching topics' partitions and records, not the
+    topic that does not match; then a matching topic created while it runs joins its
+    assignment (its metadata refresh sees it; the leader rejoins) and, the others' positions
+    committed, only its record is read after the rebalance."""
+    seen: dict[str, Any] = {}
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                metadata_max_age_ms=500, **FAST)
+    consumer.subscribe(pattern=f"^{prefix}-(a|b|c)$")
+
+    def assigned() -> list[tuple[str, int]]:
+        return sorted((tp.topic.removeprefix(prefix), tp.partition)
+                      for tp in consumer.assignment())
+
+    async def until(cond: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 40
+        while not cond():
+            assert time.monotonic() < deadline, f"not {what} after 40 s: {assigned()}"
+            await asyncio.sleep(0.05)
+
+    await consumer.start()
+    try:
+        await until(lambda: len(consumer.assignment()) == 3, "3 partitions of -a and -b")
+        seen["assigned"] = assigned()
+        seen["subscribed"] = sorted(t.removeprefix(prefix) for t in consumer.subscription())
+        seen["read"] = [(t.removeprefix(prefix), *rest) for t, *rest in
+                        await getmany_until(consumer, 3, "records of -a and -b")]
+        await consumer.commit()  # the rebalance to come restarts from here, not from earliest
+        topic_with_records(bootstrap, f"{prefix}-c", 1, 1)
+        await until(lambda: len(consumer.assignment()) == 4, "-c assigned")
+        seen["assigned after -c was created"] = assigned()
+        seen["read from -c"] = [(t.removeprefix(prefix), *rest) for t, *rest in
+                                await getmany_until(consumer, 1, "the record of -c")]
+    finally:
+        await consumer.stop()
+    return seen
+
+
+def test_pattern_subscription_follows_matching_topics(pair: Any,
+                                                      name: Callable[[str], str]) -> None:
+    prefix, group = name("aio-pat"), name("aio-pg")
+    for server in pair.both():
+        topic_with_records(server.bootstrap, f"{prefix}-a", 2, 1)
+        topic_with_records(server.bootstrap, f"{prefix}-b", 1, 1)
+        topic_with_records(server.bootstrap, f"{prefix}-x", 1, 1)  # does not match
+    kafka, strom = on_both(pair, lambda b: pattern_scenario(b, prefix, group))
+    assert strom == kafka
+    assert kafka == {
+        "assigned": [("-a", 0), ("-a", 1), ("-b", 0)],
+        "subscribed": ["-a", "-b"],
+        "read": [("-a", 0, 0, b"0-0"), ("-a", 1, 0, b"1-0"), ("-b", 0, 0, b"0-0")],
+        "assigned after -c was created": [("-a", 0), ("-a", 1), ("-b", 0), ("-c", 0)],
+        "read from -c": [("-c", 0, 0, b"0-0")],
+    }
+
+
+async def read_committed_scenario(bootstrap: str, topic: str) -> dict[str, Any]:
+    """read_committed and read_uncommitted consumers on records of an idempotent and a plain
+    producer (no transactions: Strom has none, docs/kafka-protocol.md): both read every
+    record, and the last stable offset a read_committed fetch reports is the high watermark,
+    also for records produced while it long-polls at the end of the log."""
+    seen: dict[str, Any] = {}
+    tps = [TopicPartition(topic, p) for p in range(2)]
+    await send_all(bootstrap, topic, [{"value": f"i{i}".encode(), "partition": i % 2}
+                                      for i in range(6)], enable_idempotence=True)
+    committed = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                 isolation_level="read_committed")
+    uncommitted = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await committed.start()
+    await uncommitted.start()
+    try:
+        for c in (committed, uncommitted):
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+        seen["read committed"] = await getmany_until(committed, 6, "read_committed")
+        seen["read uncommitted"] = await getmany_until(uncommitted, 6, "read_uncommitted")
+        seen["stable, high watermark"] = [(committed.last_stable_offset(tp),
+                                           committed.highwater(tp)) for tp in tps]
+        seen["end offsets"] = sorted((await committed.end_offsets(tps)).values())
+        waiting = asyncio.ensure_future(getmany_until(committed, 2, "records sent later"))
+        await asyncio.sleep(0.5)  # the read_committed fetch is long-polling at the end
+        await send_all(bootstrap, topic, [{"value": b"p0", "partition": 0},
+                                          {"value": b"p1", "partition": 1}], acks=1)
+        seen["read committed later"] = await waiting
+        seen["stable, high watermark later"] = [(committed.last_stable_offset(tp),
+                                                 committed.highwater(tp)) for tp in tps]
+    finally:
+        await committed.stop()
+        await uncommitted.stop()
+    return seen
+
+
+def test_read_committed_reads_non_transactional_records(pair: Any,
+                                                        name: Callable[[str], str]) -> None:
+    topic = name("aio-rc")
+    for server in pair.both():
+        create_topic(server.bootstrap, topic, 2)
+        asyncio.run(leaders_answer(server.bootstrap, topic, 2))
+    kafka, strom = on_both(pair, lambda b: read_committed_scenario(b, topic))
+    assert strom == kafka
+    assert kafka["read committed"] == kafka["read uncommitted"] == [
+        (topic, i % 2, i // 2, f"i{i}".encode()) for i in (0, 2, 4, 1, 3, 5)]
+    assert kafka["stable, high watermark"] == [(3, 3), (3, 3)]
+    assert kafka["end offsets"] == [3, 3]
+    assert kafka["read committed later"] == [(topic, 0, 3, b"p0"), (topic, 1, 3, b"p1")]
+    assert kafka["stable, high watermark later"] == [(4, 4), (4, 4)]
+
+
+async def pause_scenario(bootstrap: str, topic: str) -> dict[str, Any]:
+    """pause() one of two assigned partitions (positioned at offset 1): fetches return only
+    the other, also for records produced while it is paused; resume() returns what it held
+    back, from its position on."""
+    seen: dict[str, Any] = {}
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        consumer.assign([tp0, tp1])
+        await consumer.seek_to_beginning(tp0)
+        consumer.seek(tp1, 1)
+        consumer.pause(tp1)
+        seen["paused"] = sorted(tp.partition for tp in consumer.paused())
+        seen["while paused"] = [(p, o) for _, p, o, _ in
+                                await getmany_until(consumer, 3, "partition 0")]
+        seen["nothing more while paused"] = await nothing_for(consumer, 1.0)
+        await send_all(bootstrap, topic, [{"value": f"{p}-later".encode(), "partition": p}
+                                          for p in (0, 1)], acks=1)
+        seen["sent while paused"] = [(p, o) for _, p, o, _ in
+                                     await getmany_until(consumer, 1, "partition 0's new one")]
+        seen["nothing of partition 1 while paused"] = await nothing_for(consumer, 0.5)
+        seen["partition 1 position while paused"] = await consumer.position(tp1)
+        consumer.resume(tp1)
+        seen["paused after resume"] = sorted(tp.partition for tp in consumer.paused())
+        seen["after resume"] = [(p, o, v) for _, p, o, v in
+                                await getmany_until(consumer, 3, "partition 1 after resume")]
+    finally:
+        await consumer.stop()
+    return seen
+
+
+def test_pause_and_resume(pair: Any, name: Callable[[str], str]) -> None:
+    topic = name("aio-pause")
+    for server in pair.both():
+        topic_with_records(server.bootstrap, topic, 2, 3)
+    kafka, strom = on_both(pair, lambda b: pause_scenario(b, topic))
+    assert strom == kafka
+    assert kafka == {
+        "paused": [1], "while paused": [(0, 0), (0, 1), (0, 2)],
+        "nothing more while paused": [], "sent while paused": [(0, 3)],
+        "nothing of partition 1 while paused": [], "partition 1 position while paused": 1,
+        "paused after resume": [],
+        "after resume": [(1, 1, b"1-1"), (1, 2, b"1-2"), (1, 3, b"1-later")]}

@@ -426,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
                              "failover (benchmarks/partition_scale_rf3.py)")
     parser.add_argument("--max-seconds", type=float, default=900.0,
                         help="with --brokers 3: the bound of every wait and of the produce")
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="with --brokers 3: copy the brokers' logs into this directory")
     parser.add_argument("--kafka", action="store_true",
                         help="with --keyed-only: also run the confluent-kafka rows against one "
                              "Apache Kafka node (needs Java and the jars kafka-ref/fetch gets)")
@@ -459,7 +461,7 @@ def _main_rf3(args: argparse.Namespace) -> int:
 
     counts = [int(c) for c in args.counts.split(",")]
     points = rf3.measure(counts, args.records, args.max_seconds,
-                         progress=lambda m: print(m, flush=True))
+                         progress=lambda m: print(m, flush=True), logs_dir=args.logs)
     print(rf3.format_points(points))
     if args.json is not None:
         args.json.write_text(json.dumps({

@@ -29,6 +29,7 @@ the section ``partition-scale-rf3``.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
 import threading
@@ -79,6 +80,8 @@ class Rf3Point:
     """kill -9 to the first acknowledged write (sent after the kill) to a moved partition."""
     back_in_isr_s: float | None = None
     """Start of the killed broker to it being in every partition's ISR again."""
+    false_fencings: int | None = None
+    """Brokers the controllers fenced before the kill (every broker was alive: all false)."""
     load_avg: float | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -177,7 +180,8 @@ def produce_keyed_all(bootstrap: str, records: int, max_seconds: float) -> tuple
 
 
 def measure_point(root: Path, n: int, records: int, max_seconds: float,
-                  idle_seconds: float, say: Callable[[str], None]) -> Rf3Point:
+                  idle_seconds: float, say: Callable[[str], None],
+                  logs_dir: Path | None = None) -> Rf3Point:
     point = Rf3Point(n)
     config = {**production_defaults(), "min.insync.replicas": "2"}
     with running_cluster(root, brokers=3, config=config, startup_timeout=600) as cluster:
@@ -213,13 +217,33 @@ def measure_point(root: Path, n: int, records: int, max_seconds: float,
             f"RSS {[round(f.rss_mib) for f in point.brokers]} MiB, "
             f"fds {[f.fds for f in point.brokers]}")
         say(f"rf3: keyed produce, acks=all, {records:,} x 100 B over {n:,} partitions")
-        acked, elapsed = produce_keyed_all(cluster.bootstrap, records, max_seconds)
-        point.produced = acked
-        point.produce_rps = acked / elapsed if elapsed > 0 else None
-        say(f"rf3: {acked:,} acknowledged in {elapsed:.1f} s")
-        _failover(cluster, point, max_seconds, say)
+        try:
+            acked, elapsed = produce_keyed_all(cluster.bootstrap, records, max_seconds)
+            point.produced = acked
+            point.produce_rps = acked / elapsed if elapsed > 0 else None
+            say(f"rf3: {acked:,} acknowledged in {elapsed:.1f} s")
+        except Exception as exc:  # the finding: recorded, and the failover still measured
+            point.notes.append(f"keyed produce failed: {exc}")
+            say(f"rf3: keyed produce failed: {exc}")
+        point.false_fencings = _fencings(cluster)
+        try:
+            _failover(cluster, point, max_seconds, say)
+        finally:
+            if logs_dir is not None:
+                logs_dir.mkdir(parents=True, exist_ok=True)
+                for b, broker in cluster.brokers.items():
+                    shutil.copy(broker.stderr_path, logs_dir / f"{n}-broker-{b}.log")
     point.load_avg = os.getloadavg()[0]
     return point
+
+
+def _fencings(cluster: Cluster) -> int:
+    """Fencings for a missed heartbeat the brokers' controllers logged so far."""
+    count = 0
+    for broker in cluster.brokers.values():
+        with open(broker.stderr_path, errors="replace") as f:
+            count += sum(1 for line in f if "fencing broker" in line and "heartbeat" in line)
+    return count
 
 
 def _failover(cluster: Cluster, point: Rf3Point, max_seconds: float,
@@ -282,12 +306,15 @@ def _failover(cluster: Cluster, point: Rf3Point, max_seconds: float,
 
 
 def measure(counts: list[int], records: int, max_seconds: float = 900.0,
-            idle_seconds: float = 5.0, progress: object = print) -> list[Rf3Point]:
+            idle_seconds: float = 5.0, progress: object = print,
+            logs_dir: Path | None = None) -> list[Rf3Point]:
+    """One fresh cluster per N; ``logs_dir``: where the brokers' logs are copied."""
     say = progress if callable(progress) else print
     points = []
     for n in counts:
         with tempfile.TemporaryDirectory(prefix="strom-bench-rf3-") as tmp:
-            point = measure_point(Path(tmp), n, records, max_seconds, idle_seconds, say)
+            point = measure_point(Path(tmp), n, records, max_seconds, idle_seconds, say,
+                                  logs_dir)
         say(f"rf3: {point}")
         points.append(point)
     return points
@@ -300,9 +327,10 @@ def _f(value: float | None, fmt: str = ".1f") -> str:
 def format_points(points: list[Rf3Point]) -> str:
     lines = ["| partitions (replicas) | create -> all led, ISR full s (call s) | idle CPU % "
              "per broker | RSS MiB per broker | fds per broker | fetch sessions per broker "
-             "| keyed produce acks=all rec/s | kill -9: broker (led) | -> all new leaders s "
-             "| -> first write s | restart -> back in every ISR s | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| keyed produce acks=all rec/s | false fencings | kill -9: broker (led) "
+             "| -> all new leaders s | -> first write s | restart -> back in every ISR s "
+             "| load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         b = sorted(p.brokers, key=lambda f: f.broker_id)
         lines.append(
@@ -311,7 +339,9 @@ def format_points(points: list[Rf3Point]) -> str:
             f"{' / '.join(f'{f.rss_mib:.0f}' for f in b)} | "
             f"{' / '.join(str(f.fds) for f in b)} | "
             f"{' / '.join('-' if f.fetch_sessions is None else str(f.fetch_sessions) for f in b)}"
-            f" | {_f(p.produce_rps, ',.0f')} | {p.victim} ({p.victim_led:,}) | "
+            f" | {_f(p.produce_rps, ',.0f')} | "
+            f"{'-' if p.false_fencings is None else p.false_fencings} | "
+            f"{p.victim} ({p.victim_led:,}) | "
             f"{_f(p.new_leaders_s, '.2f')} | {_f(p.first_write_s, '.2f')} | "
             f"{_f(p.back_in_isr_s)} | {_f(p.load_avg, '.1f')} |")
     notes = [f"- {p.partitions:,}: {note}" for p in points for note in p.notes]

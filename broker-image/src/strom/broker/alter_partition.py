@@ -9,8 +9,8 @@ changes asked for meanwhile wait and go together, as one ``Batch`` of at most ``
 
 A ``Batch`` applies each change on its own (a stale one is rejected, the others apply), so once
 it is applied each caller learns its own outcome from the image: the partition's ISR is the one
-asked for, or the change was rejected (INVALID_UPDATE_VERSION: the partition changed meanwhile;
-the leader tries again from its new view).
+asked for, or the change was rejected (INVALID_UPDATE_VERSION: the partition changed meanwhile,
+or a replica it adds is fenced; the leader tries again from its new view).
 """
 
 from __future__ import annotations
@@ -92,8 +92,9 @@ class AlterPartitionManager:
             elif change.isr is not None and tuple(p.isr) != change.isr:
                 future.set_exception(StromError(
                     ErrorCode.INVALID_UPDATE_VERSION,
-                    f"{change.topic}-{change.partition} changed meanwhile (partition epoch "
-                    f"{p.partition_epoch}, expected {change.expected_partition_epoch}); ISR "
-                    f"is {p.isr}"))
+                    f"the controller did not apply ISR {list(change.isr)} to "
+                    f"{change.topic}-{change.partition} (asked at partition epoch "
+                    f"{change.expected_partition_epoch}; now epoch {p.partition_epoch}, ISR "
+                    f"{p.isr}: it changed meanwhile, or a new member is fenced)"))
             else:
                 future.set_result(None)

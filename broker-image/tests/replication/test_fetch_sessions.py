@@ -161,6 +161,35 @@ async def test_an_append_after_a_long_idle_spell_does_not_drop_the_follower(
         await cluster.close()
 
 
+async def test_an_idle_follower_rejoins_the_isr_after_a_shrink(tmp_path: Path) -> None:
+    """A follower dropped from the ISR (it lagged while the brokers were busy) and caught up
+    since rejoins it although its partition stays idle: the leader looks at the partition again
+    once its pending ISR change is done (seen at 10,000 partitions: thousands of idle
+    partitions kept ISRs of one, refusing acks=all writes, with every broker up)."""
+    cluster = Cluster(tmp_path, (0, 1))
+    try:
+        await cluster.start(0)
+        await cluster.start(1)
+        cluster.set_view(PartitionView("t", 0, 0, 0, 0, (0, 1), (0, 1)))
+        leader = cluster.nodes[0].m
+        await leader.append("t", 0, encode_batch([(b"k", b"1")]), -1, LogConfig(), 5000)
+        alter = leader._alter_isr
+
+        async def applied_then_late(topic: str, partition: int, isr: tuple[int, ...],
+                                    epoch: int) -> None:
+            await alter(topic, partition, isr, epoch)  # applied (and published) here
+            await asyncio.sleep(0.05)  # the caller hears of it later, as through the broker
+
+        leader._alter_isr = applied_then_late  # type: ignore[method-assign]
+        part = leader._partitions[("t", 0)]
+        leader._propose_isr(part, (0,), expand=False)  # as if broker 1 had lagged
+        await wait_until(lambda: cluster.view().isr == (0,), what="the shrink")
+        await wait_until(lambda: cluster.view().isr == (0, 1), timeout_s=5,
+                         what="broker 1 back in the ISR")
+    finally:
+        await cluster.close()
+
+
 # -- the pure parts ----------------------------------------------------------------------------
 
 def _wanted(offset: int = 0) -> Wanted:

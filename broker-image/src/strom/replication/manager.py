@@ -644,8 +644,6 @@ class ReplicaManager:
         except Exception as exc:
             log.warning("%s-%d: ISR %s %s -> %s failed (%s); will retry", *tp, kind,
                         list(view.isr), list(new_isr), exc)
-            if expand:  # retried on the follower's next fetch, which may not name tp again
-                self.waiters.mark(tp)
         else:
             if expand:
                 self.isr_expands += 1
@@ -659,6 +657,10 @@ class ReplicaManager:
             if current and part.advance_high_watermark():
                 self.waiters.notify(tp)
             self._acks.notify(tp)
+            # Look at tp again in the followers' next fetches: while this change was pending no
+            # other could be proposed (a follower caught up meanwhile could not rejoin), and an
+            # idle partition is not looked at otherwise (a failed expansion is retried there).
+            self.waiters.mark(tp)
 
     def check_isr(self) -> None:
         """Propose removing followers that have lagged for ``replica.lag.time.max.ms``."""

@@ -44,6 +44,7 @@ TOPIC, GROUP = "pod-loss", "pod-loss-readers"
 PER_PRODUCER = 100_000
 RATE = 450  # records/s per producer: both faults happen inside the ~220 s of load
 GRACE_S = 60  # the StatefulSet's terminationGracePeriodSeconds (asserted below)
+FLOWING = 2 * RATE  # acknowledgements per producer that show the load flows before any fault
 
 RESOURCES = f"""
 apiVersion: strom.dev/v1alpha1
@@ -79,7 +80,7 @@ spec:
         imagePullPolicy: IfNotPresent
         command: [python3, -m, strom.testing.kube.loadgen, produce, --bootstrap, {BOOTSTRAP},
                   --topic, {TOPIC}, --source, job, --count, "{PER_PRODUCER}", --rate, "{RATE}",
-                  --max-seconds, "900"]
+                  --max-seconds, "900", --progress-s, "1"]
         resources:
           requests: {{cpu: 50m, memory: 128Mi}}
           limits: {{memory: 512Mi}}
@@ -119,6 +120,17 @@ def _task_pid(kube: Kube, container_id: str) -> int:
     raise AssertionError(f"containerd has no task {container_id}: {out}")
 
 
+def _load_flowing(kube: Kube, host: subprocess.Popen[str], host_out: Path) -> dict[str, int]:
+    """Both producers' acknowledgements so far, once each has at least ``FLOWING``."""
+    job_log = kube.kubectl("logs", "job/pod-loss-producer")  # fails until the pod started
+    acked = {source: (loadgen.last_progress(text) or {}).get("acked", 0)
+             for source, text in (("host", host_out.read_text()), ("job", job_log))}
+    assert min(acked.values()) >= FLOWING, (
+        f"acknowledged so far {acked}, host producer "
+        + ("running" if host.poll() is None else f"exited {host.returncode}"))
+    return acked
+
+
 def test_pod_loss_under_load(example_cluster: Kube, tmp_path: Path) -> None:
     kube = example_cluster
     sts = kube.get("statefulset", "my-cluster-broker")
@@ -130,17 +142,20 @@ def test_pod_loss_under_load(example_cluster: Kube, tmp_path: Path) -> None:
 
     # -- load: a Job in the cluster and a producer on the host ---------------------------------
     kube.kubectl("apply", "-f", "-", stdin=JOB)
-    host = kube.popen_host([sys.executable, "-m", "strom.testing.kube.loadgen", "produce",
-                            "--bootstrap", BOOTSTRAP, "--topic", TOPIC, "--source", "host",
-                            "--count", str(PER_PRODUCER), "--rate", str(RATE),
-                            "--max-seconds", "900"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    host_out, host_err = tmp_path / "host-producer.out", tmp_path / "host-producer.err"
+    with host_out.open("w") as stdout, host_err.open("w") as stderr:  # read while it runs
+        host = kube.popen_host([sys.executable, "-m", "strom.testing.kube.loadgen", "produce",
+                                "--bootstrap", BOOTSTRAP, "--topic", TOPIC, "--source", "host",
+                                "--count", str(PER_PRODUCER), "--rate", str(RATE),
+                                "--max-seconds", "900", "--progress-s", "1"],
+                               stdout=stdout, stderr=stderr)
     try:
         load_started = time.monotonic()
-        wait_for("the producer Job's pod running", lambda: any(
-            p["status"].get("phase") == "Running" for p in kube.get(
-                "pods", "-l", "job-name=pod-loss-producer")["items"]), 120)
-        time.sleep(15)
+        acked_before = wait_for(f"both producers acknowledged {FLOWING} records", lambda:
+                                _load_flowing(kube, host, host_out), 180, every=1)
+        figures["load flowing (both producers acknowledged records) after s"] = round(
+            time.monotonic() - load_started, 1)
+        figures["acknowledged before the first fault"] = acked_before
 
         # -- 1. graceful delete of broker 1 --------------------------------------------------
         old = _pod(kube, "my-cluster-broker-1")
@@ -214,13 +229,13 @@ def test_pod_loss_under_load(example_cluster: Kube, tmp_path: Path) -> None:
             assert loaded and int(loaded.group(1)) > 0, start_log[:3000]
 
         # -- the producers finish ------------------------------------------------------------
-        host_out, host_err = host.communicate(timeout=900)
+        host.wait(timeout=900)
     finally:
         if host.poll() is None:
             host.kill()
-            host.communicate()
-    assert host.returncode == 0, host_err[-3000:]
-    host_result = json.loads(host_out.strip().splitlines()[-1])
+            host.wait()
+    assert host.returncode == 0, host_err.read_text()[-3000:]
+    host_result = json.loads(host_out.read_text().strip().splitlines()[-1])
     kube.kubectl("wait", "--for=condition=complete", "job/pod-loss-producer", "--timeout=900s",
                  timeout=960)
     job_log = kube.kubectl("logs", "job/pod-loss-producer")

@@ -19,6 +19,7 @@ the operator's included, with its variables filled in, and fails on any empty on
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import textwrap
 import time
@@ -31,7 +32,7 @@ import yaml
 from strom.testing.dashboards import panel_count, panel_queries, variable_queries
 from strom.testing.kube.fixture import IMAGES
 from strom.testing.kube.platform import Platform, wait_for
-from strom.testing.prometheus import PrometheusApi, running_prometheus
+from strom.testing.prometheus import PrometheusApi, PrometheusError, running_prometheus
 
 pytestmark = [pytest.mark.kube, pytest.mark.integration, pytest.mark.timeout(1500)]
 
@@ -143,6 +144,23 @@ def _scraped(prom: PrometheusApi) -> dict[str, list[str]] | None:
     return up if len(up["strom-brokers"]) == 3 and len(up["strom-operator"]) == 1 else None
 
 
+def _scrapes_since(prom: PrometheusApi, since: float, targets: dict[str, list[str]],
+                   least: int = 2) -> dict[str, int]:
+    """Successful scrapes of each target (job -> pods, as :func:`_scraped` found them) since
+    ``since`` (the host's clock, which Prometheus on the host shares), once each has at least
+    ``least``: then every ``rate()`` window holds two samples taken after that moment."""
+    window = max(1, math.ceil(time.time() - since))  # evaluated at now: no sample before since
+    jobs = "|".join(targets)
+    counts = {f"{row['metric'].get('job')}/{row['metric'].get('pod', '?')}":
+              int(float(row["value"][1]))
+              for row in prom.query(f'sum_over_time(up{{job=~"{jobs}"}}[{window}s])')}
+    wanted = {f"{job}/{pod}": counts.get(f"{job}/{pod}", 0)
+              for job, pods in targets.items() for pod in pods}
+    if min(wanted.values()) < least:
+        raise PrometheusError(f"successful scrapes in the last {window} s: {wanted}")
+    return wanted
+
+
 def test_prometheus_discovers_scrapes_and_fills_every_dashboard(
         example_cluster: Platform, tmp_path: Path) -> None:
     kube = example_cluster
@@ -168,7 +186,12 @@ def test_prometheus_discovers_scrapes_and_fills_every_dashboard(
                 f'strom_operator_consumer_group_lag{{group="{GROUP}"}}'), timeout=240)
             wait_for("the traffic pod's reassignment", lambda: "reassigned" in kube.cluster.run(
                 "kubectl", "-n", NS, "logs", "traffic").stdout, 120, 2)
-            time.sleep(20)  # scrapes after the reassignment, for rate() windows
+            reassigned = time.time()
+            scrapes = prom.wait_for("two scrapes of every target after the reassignment",
+                                    lambda: _scrapes_since(prom, reassigned, found),
+                                    timeout=90, interval=1)
+            print(f"scrapes since the reassignment ({time.time() - reassigned:.1f} s):",
+                  scrapes)
             checked, failures, panels = 0, [], 0
             for path in sorted(DASHBOARDS.glob("*.json")):
                 panels += panel_count(path)

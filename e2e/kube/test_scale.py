@@ -70,6 +70,17 @@ def _replicas_per_broker(kube: Kube) -> dict[int, int]:
     return counts
 
 
+def _every_partition_written(kube: Kube, producer: subprocess.Popen[str]) -> list[int]:
+    """The topic's high watermarks, once every partition has one above 0 (acknowledged data:
+    acks=all records count only once the in-sync replicas hold them)."""
+    (topic,) = kube.strom_json(BOOTSTRAP, "topic", "describe", TOPIC)
+    hws = [p["high_watermark"] or 0 for p in topic["partitions"]]
+    assert len(hws) == 6 and min(hws) > 0, (
+        f"high watermarks so far {hws}, producer "
+        + ("running" if producer.poll() is None else f"exited {producer.returncode}"))
+    return hws
+
+
 def _operator_metrics(kube: Kube) -> str:
     pods = kube.get("pods", "-n", "strom-system", "-l", "app.kubernetes.io/name=strom-operator")
     ip = next(p["status"]["podIP"] for p in pods["items"] if p["status"].get("podIP"))
@@ -112,7 +123,12 @@ def test_scale_out_and_in_under_load(strom_platform: Kube, tmp_path: Path) -> No
                                 "--count", "400000", "--rate", "400", "--max-seconds", "1500"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        time.sleep(20)  # some data in every partition before anything moves
+        load_started = time.monotonic()
+        hws = wait_for(f"data in every partition of {TOPIC} before anything moves",
+                       lambda: _every_partition_written(kube, producer), 120, every=1)
+        figures["load: data in every partition after s"] = round(
+            time.monotonic() - load_started, 1)
+        figures["load: high watermarks before the scale-out"] = hws
         before = _replicas_per_broker(kube)
         assert set(before) == {0, 1, 2}, before
 

@@ -1,4 +1,5 @@
-"""The load generator's verdict (pure): lost, duplicated and reordered records are caught."""
+"""The load generator's verdict (pure): lost, duplicated and reordered records are caught;
+its progress lines are read back."""
 
 from __future__ import annotations
 
@@ -31,3 +32,12 @@ def test_lost_duplicated_and_reordered_records_are_named() -> None:
     assert verdict["out_of_order_count"] == 1  # a:1 after a:2
     offsets = loadgen.check({"a": {0, 1}}, [(0, 5, "a:0"), (0, 5, "a:1")])
     assert offsets["out_of_order_count"] == 1
+
+
+def test_the_newest_progress_report_is_read_and_a_cut_line_skipped() -> None:
+    assert loadgen.last_progress("") is None
+    assert loadgen.last_progress('{"source": "host", "sent": 3}\n') is None  # the result only
+    output = ('{"progress": {"sent": 10, "acked": 4}}\n'
+              '{"progress": {"sent": 20, "acked": 15}}\n'
+              '{"progress": {"sent": 3')  # being written
+    assert loadgen.last_progress(output) == {"sent": 20, "acked": 15}

@@ -8,7 +8,10 @@ produce ...``) and on the host (through the cluster's DNS, see
 from 0 per producer); the key spreads records over partitions. ``produce`` prints one JSON line:
 how many were sent, acknowledged and failed, the acknowledged sequence numbers as ranges, and per
 partition the longest time without an acknowledgement while records were waiting (what the
-partition's unavailability looks like to a producer). ``read`` writes every record of a topic,
+partition's unavailability looks like to a producer). With ``--progress-s S`` it also prints,
+every S seconds while it sends, a ``{"progress": {...}}`` line (sent and acknowledged so far;
+:func:`last_progress` reads the newest), so a test can wait until load is really flowing
+instead of sleeping; the result stays the last line. ``read`` writes every record of a topic,
 as a consumer group member that commits, to a file of JSON lines; :func:`check` is the pure
 verdict over both.
 
@@ -78,11 +81,26 @@ class _Acks:
         return done
 
 
+def last_progress(output: str) -> dict[str, int] | None:
+    """The newest progress report (``sent``, ``acked``) in a producer's output so far, or
+    None before the first one (a line cut short by a concurrent write is skipped)."""
+    for line in reversed(output.splitlines()):
+        if not line.startswith('{"progress"'):
+            continue
+        try:
+            report: dict[str, int] = json.loads(line)["progress"]
+        except ValueError:
+            continue
+        return report
+    return None
+
+
 def produce(bootstrap: str, topic: str, source: str, count: int, rate: float,
-            max_seconds: float, keys: int = 240) -> dict[str, Any]:
+            max_seconds: float, keys: int = 240, progress_s: float = 0.0) -> dict[str, Any]:
     acks = _Acks()
     started = time.monotonic()
     sent = 0
+    reported = started
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -93,6 +111,11 @@ def produce(bootstrap: str, topic: str, source: str, count: int, rate: float,
         tick = 0.05
         per_tick = max(1, int(rate * tick))
         while sent < count and time.monotonic() - started < max_seconds and not stop.is_set():
+            if progress_s > 0 and time.monotonic() - reported >= progress_s:
+                reported = time.monotonic()
+                with acks.lock:
+                    acked = len(acks.acked)
+                print(json.dumps({"progress": {"sent": sent, "acked": acked}}), flush=True)
             due = started + (sent / rate)
             delay = due - time.monotonic()
             if delay > 0:
@@ -198,6 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--rate", type=float, default=1000.0)
     p.add_argument("--max-seconds", type=float, default=600.0)
+    p.add_argument("--progress-s", type=float, default=0.0,
+                   help="print a progress line (sent, acknowledged) this often (0: never)")
     r = sub.add_parser("read")
     r.add_argument("--bootstrap", required=True)
     r.add_argument("--topic", required=True)
@@ -207,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "produce":
         result = produce(args.bootstrap, args.topic, args.source, args.count, args.rate,
-                         args.max_seconds)
+                         args.max_seconds, progress_s=args.progress_s)
     else:
         result = read(args.bootstrap, args.topic, args.group, args.out, args.max_seconds)
     print(json.dumps(result), flush=True)

@@ -242,7 +242,7 @@ def _fencings(cluster: Cluster) -> int:
     count = 0
     for broker in cluster.brokers.values():
         with open(broker.stderr_path, errors="replace") as f:
-            count += sum(1 for line in f if "fencing broker" in line and "heartbeat" in line)
+            count += sum(1 for line in f if ": fencing broker" in line and "heartbeat" in line)
     return count
 
 

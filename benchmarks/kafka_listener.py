@@ -41,6 +41,13 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _broker_cpu(runs: list[float], records: int) -> dict[str, float]:
+    """The broker's CPU in the median run: what the server spent, whichever client is the
+    limit (confluent-kafka's Python consume loop reads Apache Kafka at the same rate)."""
+    median = sorted(runs)[(len(runs) - 1) // 2]
+    return {"broker_cpu_s_per_run": median, "broker_cpu_us_per_record": median / records * 1e6}
+
+
 def run(params: dict[str, Any], results: list[Result],
         progress: Callable[[str], None]) -> list[Result]:
     from strom.testing import running_broker
@@ -67,6 +74,7 @@ def run(params: dict[str, Any], results: list[Result],
             consumed: dict[str, list[Any]] = {GRPC: [], KAFKA: []}
             consumed_default: list[Any] = []
             cpu: dict[str, list[float]] = {GRPC: [], KAFKA: []}
+            cpu_read: dict[str, list[float]] = {GRPC: [], KAFKA: [], KAFKA_DEFAULT_FETCH: []}
             for rep in range(reps):
                 for system, (bs, client) in paths.items():
                     topic = f"{label}-{rep}-{'g' if system == GRPC else 'k'}"
@@ -74,17 +82,19 @@ def run(params: dict[str, Any], results: list[Result],
                     progress(f"kafka-listener: {system}, {label}, run {rep + 1}/{reps}")
                     before = _cpu_seconds(broker.pid)
                     produced[system].append(client.produce(bs, topic, n, size))
+                    middle = _cpu_seconds(broker.pid)
+                    cpu[system].append(middle - before)
                     consumed[system].append(client.consume_all(bs, topic, parts, n, size))
-                    cpu[system].append(_cpu_seconds(broker.pid) - before)
+                    cpu_read[system].append(_cpu_seconds(broker.pid) - middle)
                     if system == KAFKA:
+                        before = _cpu_seconds(broker.pid)
                         consumed_default.append(kw.consume_all(
                             bs, topic, parts, n, size, consumer_config=DEFAULT_FETCH))
+                        cpu_read[KAFKA_DEFAULT_FETCH].append(_cpu_seconds(broker.pid) - before)
             for system in paths:
                 peers = [GRPC] if system == KAFKA else []
                 p, c = sw.median_run(produced[system]), sw.median_run(consumed[system])
-                broker_cpu = sorted(cpu[system])[(len(cpu[system]) - 1) // 2]
-                extra = {"broker_cpu_s_per_run": broker_cpu,
-                         "broker_cpu_us_per_record": broker_cpu / n * 1e6}
+                extra = _broker_cpu(cpu[system], n)
                 rows.append(Result(system, label, "produce", p.records_per_s, "records/s",
                                    peers=list(peers), extra={
                                        "runs": [t.records_per_s for t in produced[system]],
@@ -93,12 +103,14 @@ def run(params: dict[str, Any], results: list[Result],
                                    peers=list(peers)))
                 rows.append(Result(system, label, "consume", c.records_per_s, "records/s",
                                    peers=list(peers), extra={
-                                       "runs": [t.records_per_s for t in consumed[system]]}))
+                                       "runs": [t.records_per_s for t in consumed[system]],
+                                       **_broker_cpu(cpu_read[system], n)}))
             d = sw.median_run(consumed_default)
             rows.append(Result(KAFKA_DEFAULT_FETCH, label, "consume", d.records_per_s,
                                "records/s", peers=[GRPC], extra={
                                    "runs": [t.records_per_s for t in consumed_default],
-                                   "consumer": DEFAULT_FETCH}))
+                                   "consumer": DEFAULT_FETCH,
+                                   **_broker_cpu(cpu_read[KAFKA_DEFAULT_FETCH], n)}))
         latency_runs: list[tuple[str, str, Callable[[str], list[float]]]] = [
             (GRPC, "", lambda t: sw.end_to_end_latency(broker.bootstrap, t, 1, rate, secs)),
             (KAFKA, "", lambda t: kw.end_to_end_latency(broker.kafka_bootstrap, t, 1, rate,
@@ -111,16 +123,24 @@ def run(params: dict[str, Any], results: list[Result],
              lambda t: kw.end_to_end_latency(broker.kafka_bootstrap, t, 1, rate, secs,
                                              producer_config={"max.in.flight": 5})),
         ]
-        for i, (system, variant, measure) in enumerate(latency_runs):
-            topic = f"latency-{i}"
-            create(topic, 1)
-            progress(f"kafka-listener: {system}{variant}, end-to-end latency at {rate:,}/s for "
-                     f"{secs:g} s")
-            lat = measure(topic)
+        # Alternated per repeat, like the throughput rows; each percentile is the median of
+        # the runs' percentiles.
+        per_run: dict[int, list[list[float]]] = {i: [] for i in range(len(latency_runs))}
+        for rep in range(reps):
+            for i, (system, variant, measure) in enumerate(latency_runs):
+                topic = f"latency-{i}-{rep}"
+                create(topic, 1)
+                progress(f"kafka-listener: {system}{variant}, end-to-end latency at {rate:,}/s "
+                         f"for {secs:g} s, run {rep + 1}/{reps}")
+                per_run[i].append(measure(topic))
+        for i, (system, variant, _) in enumerate(latency_runs):
             for q in (50, 99):
+                values = sorted(percentile(lat, q) for lat in per_run[i])
                 rows.append(Result(f"{system}{variant}", "1p-100B", f"e2e p{q:g} @{rate}/s",
-                                   percentile(lat, q), "ms", higher_is_better=False,
-                                   peers=[GRPC] if system == KAFKA else []))
+                                   values[(len(values) - 1) // 2], "ms",
+                                   higher_is_better=False,
+                                   peers=[GRPC] if system == KAFKA else [],
+                                   extra={"runs": values}))
     results.extend(rows)
     return rows
 

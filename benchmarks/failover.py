@@ -62,15 +62,20 @@ class Run:
 
 @dataclass
 class Writer(BackgroundWriter):
-    """One record every ``interval_s`` with default producer settings; ack times recorded."""
+    """One acks=all record every ``interval_s`` with default producer settings (to
+    ``partition`` of ``topic`` when given: the partition-scale failover probes one moved
+    partition); ack times recorded."""
+
+    topic: str = TOPIC
+    partition: int | None = None
 
     def _run(self) -> None:
         with Producer(self.bootstrap, acks="all", linger_ms=0) as producer:
             deadline = self.deadline()
             while self.running(deadline):
                 sent = time.monotonic()
-                producer.send(TOPIC, b"x", on_delivery=lambda md, err, t=sent:
-                              self._done(t, md, err))
+                producer.send(self.topic, b"x", partition=self.partition,
+                              on_delivery=lambda md, err, t=sent: self._done(t, md, err))
                 time.sleep(self.interval_s)
             producer.flush(150)
 

@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.background_writer import BackgroundWriter
-from benchmarks.failover import production_defaults
+from benchmarks.failover import Writer, production_defaults
 from benchmarks.partition_scale import cpu_seconds, open_fds
 from strom.client import Admin, Producer, RecordMetadata
 from strom.testing import Cluster, running_cluster
@@ -125,30 +124,6 @@ def _wait(what: str, check: Callable[[], bool], timeout: float, interval: float 
             pass
         time.sleep(interval)
     return None
-
-
-@dataclass
-class _Writer(BackgroundWriter):
-    """One acks=all record every ``interval_s`` to ``partition`` of the topic."""
-
-    partition: int = 0
-
-    def _run(self) -> None:
-        with Producer(self.bootstrap, acks="all", linger_ms=0) as producer:
-            deadline = self.deadline()
-            while self.running(deadline):
-                sent = time.monotonic()
-                producer.send(TOPIC, b"x", partition=self.partition,
-                              on_delivery=lambda md, err, t=sent: self._done(t, md, err))
-                time.sleep(self.interval_s)
-            producer.flush(60)
-
-    def _done(self, sent: float, md: RecordMetadata | None, err: Exception | None) -> None:
-        if err is None and md is not None:
-            with self.lock:
-                self.acks.append((sent, time.monotonic()))
-        else:
-            self.error(repr(err))
 
 
 def produce_keyed_all(bootstrap: str, records: int, max_seconds: float) -> tuple[int, float]:
@@ -258,7 +233,7 @@ def _failover(cluster: Cluster, point: Rf3Point, max_seconds: float,
     point.victim, point.victim_led = victim, len(moved)
     survivors = [b for b in cluster.brokers if b != victim]
     probe = min(moved)
-    with _Writer(cluster.bootstrap, partition=probe) as writer:
+    with Writer(cluster.bootstrap, topic=TOPIC, partition=probe) as writer:
         if _wait("a first write", lambda: writer.first_ack_of_record_sent_after(0.0) is not None,
                  60) is None:
             point.notes.append(f"no write acknowledged on {TOPIC}-{probe} before the kill")

@@ -29,6 +29,7 @@ from strom.broker.kafka.frames import (
 )
 from strom.broker.kafka.produce_request import ProduceBody, from_kio, read_produce
 from strom.protocol.records import BatchBuilder
+from strom.protocol.wire import varint
 
 PRODUCE = 0
 VERSIONS = range(SUPPORTED[PRODUCE][0], SUPPORTED[PRODUCE][1] + 1)
@@ -202,13 +203,6 @@ def test_mutated_requests_parse_as_before(version: int) -> None:
     assert outcomes["read"] and outcomes["refused"], outcomes  # both kinds were exercised
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -236,7 +230,7 @@ def test_inflated_lengths_are_still_refused_before_kio(version: int) -> None:
             elif encoding == "int32":
                 news = [(struct.pack(">i", n), n) for n in (left + 1, 2**31 - 1)]
             else:  # compact lengths hold n + 1; a tagged-field count or size holds n
-                news = [(_uvarint(n), n - 1) for n in (left + 1, left + 2, 2**35 - 1)]
+                news = [(varint(n), n - 1) for n in (left + 1, left + 2, 2**35 - 1)]
             for new, declared in news:
                 hostile = frame[:at] + new + rest
                 parsed = _same(hostile)

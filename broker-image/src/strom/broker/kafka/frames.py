@@ -45,6 +45,7 @@ from kio.static.constants import EntityType
 
 from strom.broker.kafka.declared_lengths import check_lengths, fields
 from strom.broker.kafka.produce_request import from_kio, read_produce
+from strom.protocol.wire import varint
 
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
@@ -312,7 +313,7 @@ class RecordsTemplate:
         head = bytearray(self._head)
         n = len(records)
         if self._compact:
-            head += _uvarint(n + 1)
+            head += varint(n + 1)
         else:
             head += _SIZE.pack(n)
         _CORRELATION.pack_into(head, _SIZE.size, correlation_id)
@@ -327,15 +328,6 @@ class RecordsTemplate:
 
 
 _SIGNED = {2: struct.Struct(">h"), 4: struct.Struct(">i"), 8: struct.Struct(">q")}
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def api_versions_fallback(fallback: ApiVersionsFallback,

@@ -92,7 +92,7 @@ def test_errors_are_built_by_kio_and_the_kept_templates_are_bounded(
     answer = produce._answer(ctx, prepared, {("orders", 0): failed}, None)
     assert not isinstance(answer, bytes)
     assert answer.responses[0].partition_responses[0].error_message == "bad CRC"
-    monkeypatch.setattr(produce, "TEMPLATES_MAX", 3)
+    monkeypatch.setattr(produce._TEMPLATES, "limit", 3)
     produce._TEMPLATES.clear()
     for log_start in range(10):
         part = PartitionResult("orders", 0, 0, "", 5, -1, log_start)

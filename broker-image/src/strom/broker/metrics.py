@@ -63,6 +63,16 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
                     2.5, 5.0, 10.0, 30.0)
 
 
+def _count(kept: dict[str, tuple[Any, Any]], size_counter: Counter, records_counter: Counter,
+           topic: str, size: int, records: int) -> None:
+    """Add to a topic's byte and record counters through their labelled children, kept."""
+    children = kept.get(topic)
+    if children is None:
+        children = kept[topic] = (size_counter.labels(topic), records_counter.labels(topic))
+    children[0].inc(size)
+    children[1].inc(records)
+
+
 class BrokerMetrics:
     def __init__(self, broker_id: int, cluster_id: str = "", version: str = "") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -171,21 +181,11 @@ class BrokerMetrics:
         """Count ``size`` bytes and ``records`` records appended to ``topic`` (the labelled
         children are kept per topic: prometheus_client's ``labels()`` costs as much as the
         increment, and produce requests come one per record from some clients)."""
-        children = self._in.get(topic)
-        if children is None:
-            children = self._in[topic] = (self.bytes_in.labels(topic),
-                                          self.messages_in.labels(topic))
-        children[0].inc(size)
-        children[1].inc(records)
+        _count(self._in, self.bytes_in, self.messages_in, topic, size, records)
 
     def fetched(self, topic: str, size: int, records: int) -> None:
         """:meth:`produced` for bytes and records returned by fetches."""
-        children = self._out.get(topic)
-        if children is None:
-            children = self._out[topic] = (self.bytes_out.labels(topic),
-                                           self.messages_out.labels(topic))
-        children[0].inc(size)
-        children[1].inc(records)
+        _count(self._out, self.bytes_out, self.messages_out, topic, size, records)
 
     def forget_topic(self, topic: str) -> None:
         self._in.pop(topic, None)

@@ -36,7 +36,7 @@ from typing import Any
 from strom.broker import fetch
 from strom.broker.kafka.context import NO_THROTTLE, Context, code, ms, topic_uuid
 from strom.broker.kafka.fetch_sessions import FINAL_EPOCH, Plan, Wanted
-from strom.broker.kafka.frames import Chunk, RecordsTemplate
+from strom.broker.kafka.frames import Chunk, RecordsTemplate, TemplateCache
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2
 
@@ -161,8 +161,7 @@ def _partition(ctx: Context, partition: int, error: int, high_watermark: int,
 #: Encoded answers of one partition without error, by what decides their bytes besides the
 #: correlation id, session id, offsets and records: (version, topic, topic id, partition,
 #: read_committed). Shared by every connection; emptied when full.
-_TEMPLATES: dict[tuple[int, str, Any, int, bool], RecordsTemplate | None] = {}
-TEMPLATES_MAX = 4096
+_TEMPLATES: TemplateCache[RecordsTemplate] = TemplateCache()
 
 
 def _encoded(ctx: Context, name: str, topic_id: Any, part: _Part, session_id: int,
@@ -171,23 +170,15 @@ def _encoded(ctx: Context, name: str, topic_id: Any, part: _Part, session_id: in
     (:class:`strom.broker.kafka.frames.RecordsTemplate`); None if it cannot be templated."""
     partition, _, hw, start, records = part
     key = (ctx.version, name, topic_id, partition, committed)
-    template: RecordsTemplate | None
-    if key in _TEMPLATES:
+    try:
         template = _TEMPLATES[key]
-    else:
-        if len(_TEMPLATES) >= TEMPLATES_MAX:
-            _TEMPLATES.clear()
-
+    except KeyError:
         def make(values: list[int], recs: bytes) -> Any:
             return _response(ctx, values[0], {name: (topic_id, [(partition, 0, values[1],
                                                                  values[3], recs)])},
                              committed, last_stable=values[2])
 
-        try:
-            template = RecordsTemplate(make, [4, 8, 8, 8])
-        except ValueError:
-            template = None
-        _TEMPLATES[key] = template
+        template = _TEMPLATES.make(key, lambda: RecordsTemplate(make, [4, 8, 8, 8]))
     if template is None:
         return None
     return template.encode(ctx.request.correlation_id, [session_id, hw, hw, start], records)

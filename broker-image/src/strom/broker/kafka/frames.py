@@ -31,11 +31,11 @@ entity the general path above read; a frame it declines takes that path, checks 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from kio.index import load_payload_module
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
@@ -225,6 +225,43 @@ def encode_response_chunks(correlation_id: int, response: Any) -> list[Chunk]:
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """:func:`encode_response_chunks` joined into one ``bytes``."""
     return b"".join(encode_response_chunks(correlation_id, response))
+
+
+_T = TypeVar("_T")
+
+
+class TemplateCache(Generic[_T]):
+    """Answer templates by everything that decides their bytes, shared by every connection.
+
+    ``None`` is kept for a key whose answer cannot be templated (the ``ValueError`` of the
+    template's constructor), so it is not tried again. Emptied when ``limit`` keys are held:
+    keys with append times or offsets in them cannot grow it without bound, and a new key costs
+    one kio encoding."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._by_key: dict[Hashable, _T | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def clear(self) -> None:
+        self._by_key.clear()
+
+    def __getitem__(self, key: Hashable) -> _T | None:
+        """The kept template (KeyError if none was made: then :meth:`make` it)."""
+        return self._by_key[key]
+
+    def make(self, key: Hashable, make: Callable[[], _T]) -> _T | None:
+        """Make, keep and return the template of ``key`` (None if it cannot be templated)."""
+        if len(self._by_key) >= self.limit:
+            self.clear()
+        try:
+            template: _T | None = make()
+        except ValueError:
+            template = None
+        self._by_key[key] = template
+        return template
 
 
 class ResponseTemplate:

@@ -29,7 +29,7 @@ from kio.serial.readers import tz_aware_from_i64
 
 from strom.broker import produce
 from strom.broker.kafka.context import NO_THROTTLE, Context, code, topic_uuid
-from strom.broker.kafka.frames import ResponseTemplate
+from strom.broker.kafka.frames import ResponseTemplate, TemplateCache
 from strom.broker.kafka.produce_request import ProduceBody
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import PartitionData, ProduceRequest
@@ -176,8 +176,7 @@ def _answer(ctx: Context, prepared: _Prepared, results: dict[tuple[str, int], An
 #: id and base offset that decides their bytes: (version, topic, topic id, partition, log
 #: append time, log start offset). Shared by every connection (the bytes depend on nothing
 #: else); emptied when full, so append times (LogAppendTime topics) cannot grow it.
-_TEMPLATES: dict[tuple[int, str, uuid.UUID | None, int, int, int], ResponseTemplate | None] = {}
-TEMPLATES_MAX = 4096
+_TEMPLATES: TemplateCache[ResponseTemplate] = TemplateCache()
 
 
 def _encoded(ctx: Context, slots: list[_Slot], out: Any) -> bytes | None:
@@ -189,19 +188,12 @@ def _encoded(ctx: Context, slots: list[_Slot], out: Any) -> bytes | None:
     slot = slots[0]
     key = (ctx.version, slot.topic, slot.topic_id, slot.partition, out.log_append_time_ms,
            out.log_start_offset)
-    template: ResponseTemplate | None
-    if key in _TEMPLATES:
+    try:
         template = _TEMPLATES[key]
-    else:
-        if len(_TEMPLATES) >= TEMPLATES_MAX:
-            _TEMPLATES.clear()
+    except KeyError:
         results = {(slot.topic, slot.partition): out}
-        try:
-            template = ResponseTemplate(
-                lambda base: _response(ctx, slots, results, None, base_offset=base))
-        except ValueError:
-            template = None
-        _TEMPLATES[key] = template
+        template = _TEMPLATES.make(key, lambda: ResponseTemplate(
+            lambda base: _response(ctx, slots, results, None, base_offset=base)))
     if template is None:
         return None
     return template.encode(ctx.request.correlation_id, out.base_offset)

@@ -481,18 +481,35 @@ def _kafka_rows(system: str, bootstrap: str, create: Callable[[str, int], None],
         for q in (50, 99, 99.9):
             results.append(Result(system, label, f"e2e p{q:g} @{rate}/s", percentile(lat, q),
                                   "ms", higher_is_better=False, peers=list(peers)))
-    # latency against throughput: the same fixed-rate run at rising rates, 1 partition, 100 B
+    # latency against throughput: the same fixed-rate run at rising rates, 1 partition, 100 B;
+    # each point the median of ``curve_repeats`` runs on fresh topics
     curve_secs = float(params["curve_seconds"])
+    curve_reps = int(params["curve_repeats"])
     for point, curve_rate in enumerate(params["curve_rates"]):
-        topic = f"curve{point}"
-        create(topic, 1)
-        _progress(f"{system}: latency curve, {curve_rate:,} records/s for {curve_secs:.0f} s")
-        lat = kw.end_to_end_latency(bootstrap, topic, 1, int(curve_rate), curve_secs)
-        for q in (50, 99):
-            results.append(Result(system, "curve-1p-100B", f"e2e p{q:g} @{curve_rate}/s",
-                                  percentile(lat, q), "ms", higher_is_better=False,
-                                  peers=list(peers), extra={"rate": curve_rate,
-                                                            "records": len(lat)}))
+        lats = []
+        for rep in range(curve_reps):
+            topic = f"curve{point}" if rep == 0 else f"curve{point}-r{rep}"
+            create(topic, 1)
+            _progress(f"{system}: latency curve, {curve_rate:,} records/s for {curve_secs:.0f} s"
+                      f" (run {rep + 1} of {curve_reps})")
+            lats.append(kw.end_to_end_latency(bootstrap, topic, 1, int(curve_rate), curve_secs))
+        results.extend(curve_point(system, "curve-1p-100B", curve_rate, lats, peers))
+
+
+def curve_point(system: str, label: str, rate: float, lats: list[list[float]],
+                peers: list[str]) -> list[Result]:
+    """A latency curve's p50 and p99 at one offered rate: the median over runs of each run's
+    percentile (one slow run moves a point no further than the middle run), every run's figure
+    and record count in ``extra``."""
+    out = []
+    for q in (50, 99):
+        each = [percentile(lat, q) for lat in lats]
+        out.append(Result(system, label, f"e2e p{q:g} @{rate}/s", statistics.median(each), "ms",
+                          higher_is_better=False, peers=list(peers),
+                          extra={"rate": rate, "runs": each,
+                                 "records": [len(lat) for lat in lats],
+                                 "load_avg_1m": os.getloadavg()[0]}))
+    return out
 
 
 def run_kafka_curve8(params: dict[str, Any], results: list[Result]) -> None:
@@ -516,37 +533,41 @@ def run_kafka_curve8(params: dict[str, Any], results: list[Result]) -> None:
                 kw.create_topic(bootstrap, "curve8-warmup", 8)
                 kw.end_to_end_latency(bootstrap, "curve8-warmup", 8, 2000,
                                       float(params["warmup_latency_seconds"]), value_size=1024)
+            reps = int(params["curve_repeats"])
             for point, rate in enumerate(params["curve8_rates"]):
-                for system, bootstrap in servers:
-                    topic = f"curve8-{point}"
-                    kw.create_topic(bootstrap, topic, 8)
-                    _progress(f"{system}: 8p x 1 KiB at {rate:,} records/s for {secs:.0f} s")
-                    lat = kw.end_to_end_latency(bootstrap, topic, 8, int(rate), secs,
-                                                value_size=1024)
-                    for q in (50, 99):
-                        results.append(Result(
-                            system, "curve-8p-1KiB", f"e2e p{q:g} @{rate}/s",
-                            percentile(lat, q), "ms", higher_is_better=False,
-                            peers=[] if system == KAFKA else [KAFKA],
-                            extra={"rate": rate, "records": len(lat),
-                                   "expected": int(rate * secs),
-                                   "load_avg_1m": os.getloadavg()[0]}))
-                # Kafka's own Java producer at the same offered rate: its send-to-ack latency
-                # (one JVM, no Python on the measuring path)
-                for system, bootstrap in servers:
+                lats: dict[str, list[list[float]]] = {}
+                perfs: dict[str, list[dict[str, float]]] = {}
+                for rep in range(reps):  # Kafka then Strom in each repetition
+                    for system, bootstrap in servers:
+                        topic = f"curve8-{point}-r{rep}"
+                        kw.create_topic(bootstrap, topic, 8)
+                        _progress(f"{system}: 8p x 1 KiB at {rate:,} records/s for {secs:.0f} s"
+                                  f" (run {rep + 1} of {reps})")
+                        lats.setdefault(system, []).append(kw.end_to_end_latency(
+                            bootstrap, topic, 8, int(rate), secs, value_size=1024))
+                    # Kafka's own Java producer at the same offered rate: its send-to-ack
+                    # latency (one JVM, no Python on the measuring path)
+                    for system, bootstrap in servers:
+                        topic = f"curve8-pp-{point}-r{rep}"
+                        kw.create_topic(bootstrap, topic, 8)
+                        _progress(f"{system} ProducerPerformance: 8p x 1 KiB at {rate:,} "
+                                  f"records/s (run {rep + 1} of {reps})")
+                        perfs.setdefault(system, []).append(kw.producer_performance(
+                            kafka, bootstrap, topic, int(rate * secs), 1024,
+                            throughput=int(rate), linger_ms=0))
+                for system, _ in servers:
+                    results.extend(curve_point(system, "curve-8p-1KiB", rate, lats[system],
+                                               [] if system == KAFKA else [KAFKA]))
                     tool = "kafka" if system == KAFKA else "strom"
-                    topic = f"curve8-pp-{point}"
-                    kw.create_topic(bootstrap, topic, 8)
-                    _progress(f"{tool} ProducerPerformance: 8p x 1 KiB at {rate:,} records/s")
-                    perf = kw.producer_performance(kafka, bootstrap, topic, int(rate * secs),
-                                                   1024, throughput=int(rate), linger_ms=0)
                     for q in (50, 99):
+                        each = [perf[f"p{q} ms"] for perf in perfs[system]]
                         results.append(Result(
                             f"{tool} ProducerPerformance", "curve-8p-1KiB",
-                            f"ack p{q:g} @{rate}/s", perf[f"p{q} ms"], "ms",
+                            f"ack p{q:g} @{rate}/s", statistics.median(each), "ms",
                             higher_is_better=False,
                             peers=[] if tool == "kafka" else ["kafka ProducerPerformance"],
-                            extra={"rate": rate, "achieved records/s": perf["records/s"],
+                            extra={"rate": rate, "runs": each,
+                                   "achieved records/s": [p["records/s"] for p in perfs[system]],
                                    "load_avg_1m": os.getloadavg()[0]}))
 
 
@@ -747,7 +768,7 @@ PROFILES: dict[str, dict[str, Any]] = {
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2,
               "warmup_latency_seconds": 1, "curve_rates": (500, 2000), "curve_seconds": 1,
               "e2e_tool_records": 200, "kafka_failovers": 1,
-              "curve8_rates": (500, 2000), "streams_lines": 1000},
+              "curve8_rates": (500, 2000), "curve_repeats": 1, "streams_lines": 1000},
     "full": {"records_100b": 1_000_000, "records_1k": 1_000_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
@@ -760,7 +781,8 @@ PROFILES: dict[str, dict[str, Any]] = {
              "group_records": 500_000, "group_members": 4, "warmup_latency_seconds": 3,
              "curve_rates": (1000, 5000, 10_000, 20_000, 40_000), "curve_seconds": 5,
              "e2e_tool_records": 5000, "kafka_failovers": 5,
-             "curve8_rates": (1000, 5000, 10_000, 20_000), "streams_lines": 20_000},
+             "curve8_rates": (1000, 5000, 10_000, 20_000), "curve_repeats": 3,
+             "streams_lines": 20_000},
 }
 #: The full run's shape with a fifth of its records (the Kafka sections' rates are compared in
 #: the same run, so fewer records change the figures' spread, not what they compare): what fits

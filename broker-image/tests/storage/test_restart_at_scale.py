@@ -7,6 +7,7 @@ record intact."""
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from strom.protocol.records import decode_batches, encode_batch
 from strom.storage import LogConfig, PartitionLog, fileops
+from strom.storage.checkpoint import read_values
 from strom.storage.fileops import Faults
 from strom.storage.manager import LogManager
 
@@ -74,9 +76,9 @@ def test_the_manager_opens_and_closes_logs_on_several_threads(tmp_path: Path,
     seen: set[str] = set()
     close = PartitionLog.close
 
-    def recording_close(self: PartitionLog) -> None:
+    def recording_close(self: PartitionLog, *, sync: bool = True) -> bool:
         seen.add(threading.current_thread().name)
-        close(self)
+        return close(self, sync=sync)
 
     PartitionLog.close = recording_close  # type: ignore[method-assign]
     try:
@@ -92,4 +94,74 @@ def test_the_manager_opens_and_closes_logs_on_several_threads(tmp_path: Path,
         assert topic == "t"
         records = list(decode_batches(plog.read(0, 1 << 20).records))
         assert [r.value for r in records] == [b"v%d" % p]
+    again.close()
+
+
+def _written_manager(root: Path, clock: Clock, partitions: int) -> LogManager:
+    config = LogConfig()
+    manager = LogManager([root / "a", root / "b"], config, clock=clock, recovery_threads=4)
+    for p in range(partitions):
+        plog = manager.create("t", p, config)
+        plog.append_as_leader(encode_batch([(b"k", b"v%d" % p)], timestamp_ms=clock.now), 0)
+        plog.high_watermark = plog.log_end_offset
+    return manager
+
+
+def test_stopping_a_broker_fsyncs_per_directory_not_per_log(
+        tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing every log of a broker that wrote to all of them: ``syncfs`` per log directory
+    after the data files, after the checkpoints and after the clean-shutdown markers, no
+    fsync per file (a broker that had written to each of 10,000 partitions took 22.5 s to
+    stop, ~7 fsyncs per log); no checkpoint moves before the data is durable and no marker
+    before the checkpoints are; every log then reopens clean (no recovery) with its record."""
+    if not fileops.syncfs_available():
+        pytest.skip("syncfs(2) with error reporting needs Linux 5.8+")
+    manager = _written_manager(tmp_path, clock, 60)
+    calls: list[str] = []
+    real_fsync, real_syncfs, real_os_fsync = fileops.fsync, fileops.syncfs, os.fsync
+    seen_at_sync: list[tuple[int, int]] = []  # (logs checkpointed at their end, markers)
+    dirs = [p for d in ("a", "b") for p in (tmp_path / d).iterdir()]
+
+    def state() -> tuple[int, int]:
+        ends = sum(1 for p in dirs
+                   if (read_values(p / "recovery-point-checkpoint") or {}).get("recovery-point")
+                   == 1)
+        return ends, sum(1 for p in dirs if (p / ".clean-shutdown").exists())
+
+    def syncfs(fd: int) -> None:
+        calls.append("syncfs")
+        seen_at_sync.append(state())
+        real_syncfs(fd)
+
+    monkeypatch.setattr(fileops, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd)))
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), real_os_fsync(fd)))
+    monkeypatch.setattr(fileops, "syncfs", syncfs)
+    manager.close()
+    monkeypatch.undo()
+    assert calls == ["syncfs"] * 6, calls  # two directories, three steps
+    assert seen_at_sync == [(0, 0), (0, 0), (60, 0), (60, 0), (60, 60), (60, 60)]
+    again = LogManager([tmp_path / "a", tmp_path / "b"], LogConfig(), clock=clock)
+    logs = again.load_all(defer=True)
+    assert len(logs) == 60 and all(not plog.loaded for plog in logs.values())  # no recovery
+    for (_, p), plog in logs.items():
+        assert [r.value for r in decode_batches(plog.read(0, 1 << 20).records)] == [b"v%d" % p]
+        assert plog.high_watermark == 1
+    again.close()
+
+
+def test_a_failed_syncfs_leaves_no_marker_so_the_next_start_recovers(
+        tmp_path: Path, clock: Clock) -> None:
+    if not fileops.syncfs_available():
+        pytest.skip("syncfs(2) with error reporting needs Linux 5.8+")
+    manager = _written_manager(tmp_path, clock, 6)
+    fileops.install(Faults(errno.EIO, frozenset({"syncfs"}), str(tmp_path / "a")))
+    manager.close()
+    fileops.install(None)
+    assert not list((tmp_path / "a").glob("*/.clean-shutdown"))
+    assert list((tmp_path / "b").glob("*/.clean-shutdown"))
+    again = LogManager([tmp_path / "a", tmp_path / "b"], LogConfig(), clock=clock)
+    logs = again.load_all(defer=True)
+    for (_, p), plog in logs.items():
+        assert plog.loaded == (plog.directory.parent.name == "a")  # recovered at once
+        assert [r.value for r in decode_batches(plog.read(0, 1 << 20).records)] == [b"v%d" % p]
     again.close()

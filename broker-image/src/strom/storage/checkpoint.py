@@ -32,22 +32,26 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, *, sync: bool = True) -> None:
+    """``sync=False``: the caller makes the whole file system durable afterwards (a broker's
+    clean stop, :func:`strom.storage.fileops.syncfs`), before anything relies on the file."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     fd = fileops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         fileops.write(fd, text.encode())
-        fileops.fsync(fd)
+        if sync:
+            fileops.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
-def write_values(path: Path, values: Mapping[str, int]) -> None:
+def write_values(path: Path, values: Mapping[str, int], *, sync: bool = True) -> None:
     """Write ``name value`` lines after a version line."""
     lines = [VERSION, *(f"{k} {v}" for k, v in values.items())]
-    write_atomic(path, "\n".join(lines) + "\n")
+    write_atomic(path, "\n".join(lines) + "\n", sync=sync)
 
 
 def read_values(path: Path | str) -> dict[str, int] | None:

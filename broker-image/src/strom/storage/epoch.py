@@ -118,7 +118,7 @@ class LeaderEpochCache:
             return epoch, self._entries[0][1]
         return self._entries[higher - 1][0], self._entries[higher][1]
 
-    def save(self) -> None:
+    def save(self, *, sync: bool = True) -> None:
         lines = ["0", str(len(self._entries)), *(f"{e} {o}" for e, o in self._entries)]
-        write_atomic(self.path, "\n".join(lines) + "\n")
+        write_atomic(self.path, "\n".join(lines) + "\n", sync=sync)
         self.unsaved = False

@@ -16,13 +16,16 @@ exists, so a test can fill the disk of a running broker at the moment it chooses
 
 from __future__ import annotations
 
+import ctypes
 import errno as errno_mod
+import functools
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["ENV", "WHEN_ENV", "Faults", "fsync", "ftruncate", "install", "install_from_env", "open",
-           "pwrite", "pwritev", "write"]
+           "pwrite", "pwritev", "syncfs", "syncfs_available", "write"]
 
 ENV = "STROM_FAULT_FS"
 WHEN_ENV = "STROM_FAULT_FS_WHEN"
@@ -129,3 +132,40 @@ def fsync(fd: int) -> None:
 def ftruncate(fd: int, length: int) -> None:
     _check("ftruncate", fd)
     os.ftruncate(fd, length)
+
+
+@functools.cache
+def _libc_syncfs() -> Callable[[int], int] | None:
+    """Linux's ``syncfs(2)`` when it reports write-back errors (Linux 5.8+; before, it returned
+    0 whatever happened, so a failed write could not be told from a durable one)."""
+    if os.uname().sysname != "Linux":
+        return None
+    match = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    if match is None or (int(match.group(1)), int(match.group(2))) < (5, 8):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    call: Callable[[int], int] = fn
+    return call
+
+
+def syncfs_available() -> bool:
+    """Whether :func:`syncfs` can stand in for an fsync of every file written."""
+    return _libc_syncfs() is not None
+
+
+def syncfs(fd: int) -> None:
+    """Make every file of the file system holding ``fd`` durable (``syncfs(2)``), as one
+    ``fsync`` per file would, and raise OSError if a write-back on it failed since ``fd`` was
+    opened. Open ``fd`` (a directory is fine) before writing what it must cover."""
+    _check("syncfs", fd)
+    fn = _libc_syncfs()
+    if fn is None:
+        raise OSError(errno_mod.ENOSYS, "syncfs is not available here")
+    if fn(fd) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), _paths.get(fd, ""))

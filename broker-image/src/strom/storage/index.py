@@ -74,8 +74,9 @@ class _IndexFile:
         """Entries appended since the last flush."""
         return len(self) - self._in_file
 
-    def flush(self) -> None:
-        """Append the new entries to the file and fsync it (no-op if nothing changed)."""
+    def flush(self, *, sync: bool = True) -> None:
+        """Append the new entries to the file and fsync it (no-op if nothing changed);
+        ``sync=False``: no fsync, the caller makes the file system durable afterwards."""
         count = len(self)
         if count == self._in_file and not self._unsynced and not self.stale_tail:
             return
@@ -91,7 +92,8 @@ class _IndexFile:
             if self.stale_tail:
                 fileops.ftruncate(fd, count * self.entry_size)
                 self.stale_tail = False
-            fileops.fsync(fd)
+            if sync:
+                fileops.fsync(fd)
         finally:
             os.close(fd)
         self._in_file = count

@@ -6,11 +6,11 @@ partitions on the emptiest directory, and runs the periodic housekeeping: time-b
 ``flush.ms``, retention and compaction. A partition directory is ``<topic>-<partition>`` (topics may
 contain '-', so the name is split at the last one).
 
-Opening and closing thousands of logs is mostly waiting for ``fsync`` (a clean close writes a
-flush, a checkpoint, a producer snapshot and a marker per partition), so ``load_all`` and
-``close`` run on ``recovery_threads`` threads per log directory, as Kafka's
-``num.recovery.threads.per.data.dir`` does: ``fsync`` releases the GIL and the disk merges
-concurrent flushes.
+Opening and closing thousands of logs runs on ``recovery_threads`` threads per log directory,
+as Kafka's ``num.recovery.threads.per.data.dir`` does. A clean close of a changed log writes
+its index entries, checkpoints, producer snapshot and marker; ``close`` writes them all without
+an fsync and makes them durable with one ``syncfs`` per directory before the markers go down
+(one fsync per file took 22.5 s for 10,000 changed logs).
 
 With ``defer``, ``load_all`` opens a cleanly shut down log by reading only its checkpoint (log
 start, log end, high watermark: what a partition needs to lead); its segments are read on first
@@ -313,20 +313,87 @@ class LogManager:
                 log.exception("maintenance of %s-%d failed", *key)
 
     def close(self) -> None:
-        def close_one(plog: PartitionLog) -> None:
-            try:
-                plog.close()
-            except Exception:
-                log.exception("closing %s-%d failed", plog.topic, plog.partition)
-
+        """Close every log cleanly with one ``syncfs`` per log directory and step instead of
+        ~7 fsyncs per changed log (a broker that had written to each of 10,000 partitions
+        took 22.5 s to stop, issue 21 item 5; Kafka fsyncs per log but writes one checkpoint
+        per directory). The steps keep a per-file close's order: the changed logs write their
+        index entries and epoch caches, syncfs; their recovery checkpoints and producer
+        snapshots, syncfs; their clean-shutdown markers, syncfs. A directory whose ``syncfs``
+        fails gets no markers: its logs recover at the next start. Where ``syncfs`` cannot
+        report errors (not Linux 5.8+), each log fsyncs its own files."""
         started = time.monotonic()
-        count = len(self._logs)
-        for _ in self._in_parallel(close_one, list(self._logs.values())):
-            pass
+        logs = list(self._logs.values())
+        handles = self._sync_handles(logs) if fileops.syncfs_available() else None
+        try:
+            self._close_logs(logs, handles)
+        finally:
+            for fd in (handles or {}).values():
+                os.close(fd)
         self._logs.clear()
         self._dir_counts = None
-        if count:
-            log.info("closed %d partition logs in %.2fs", count, time.monotonic() - started)
+        if logs:
+            log.info("closed %d partition logs in %.2fs", len(logs), time.monotonic() - started)
+
+    def _sync_handles(self, logs: Sequence[PartitionLog]) -> dict[Path, int] | None:
+        """A descriptor per log directory holding logs, opened before anything is written
+        (``syncfs`` reports the write-back errors seen since its descriptor was opened);
+        None if one cannot be opened (then each log fsyncs its own files)."""
+        handles: dict[Path, int] = {}
+        for directory in {plog.directory.parent for plog in logs}:
+            try:
+                handles[directory] = fileops.open(directory, os.O_RDONLY)
+            except OSError as exc:
+                log.warning("cannot open %s to sync it (%s); closing its logs one fsync at a "
+                            "time", directory, exc)
+                for fd in handles.values():
+                    os.close(fd)
+                return None
+        return handles
+
+    def _close_logs(self, logs: Sequence[PartitionLog], handles: dict[Path, int] | None
+                    ) -> None:
+        sync = handles is None
+
+        def close_one(plog: PartitionLog) -> bool:
+            try:
+                return plog.close(sync=sync)
+            except Exception:
+                log.exception("closing %s-%d failed", plog.topic, plog.partition)
+                return False
+
+        def checkpoint_one(plog: PartitionLog) -> bool:
+            try:
+                plog.write_close_checkpoints()
+            except Exception:
+                log.exception("closing %s-%d failed", plog.topic, plog.partition)
+                return False
+            return True
+
+        pending = [plog for plog, more in zip(logs, self._in_parallel(close_one, logs),
+                                              strict=True) if more]
+        if handles is None:
+            return
+        for step in (checkpoint_one, _mark_clean):
+            synced = self._syncfs(handles)
+            pending = [plog for plog in pending if plog.directory.parent in synced]
+            pending = [plog for plog, ok in zip(pending, self._in_parallel(step, pending),
+                                                strict=True) if ok]
+        self._syncfs(handles)  # the markers: if they do not last, the next start recovers
+
+    @staticmethod
+    def _syncfs(handles: dict[Path, int]) -> set[Path]:
+        """``syncfs`` each directory's file system; the directories it succeeded for."""
+        done: set[Path] = set()
+        for directory, fd in handles.items():
+            try:
+                fileops.syncfs(fd)
+            except OSError as exc:
+                log.error("log directory %s: making the closed logs durable failed (%s); "
+                          "they get no clean-shutdown marker and recover at the next start",
+                          directory, exc)
+                continue
+            done.add(directory)
+        return done
 
     def _in_parallel(self, work: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
         """``work`` over ``items`` on ``recovery_threads`` threads per log directory, results
@@ -342,3 +409,13 @@ class LogManager:
         with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
             for results in pool.map(lambda chunk: [work(item) for item in chunk], chunks):
                 yield from results
+
+
+def _mark_clean(plog: PartitionLog) -> bool:
+    try:
+        plog.mark_clean(sync=False)
+    except OSError as exc:
+        log.warning("%s-%d: cannot write its clean-shutdown marker (%s); it recovers at the "
+                    "next start", plog.topic, plog.partition, exc)
+        return False
+    return True

@@ -240,14 +240,16 @@ def snapshot_offsets(directory: Path, names: Iterable[str] | None = None) -> lis
     return sorted(found)
 
 
-def write_snapshot(directory: Path, state: ProducerStateManager) -> Path:
-    """Write atomically (tmp + fsync + rename) the snapshot named after ``state.end_offset``."""
+def write_snapshot(directory: Path, state: ProducerStateManager, *, sync: bool = True) -> Path:
+    """Write atomically (tmp + fsync + rename) the snapshot named after ``state.end_offset``;
+    ``sync=False``: no fsync, the caller makes the file system durable afterwards."""
     path = snapshot_path(directory, state.end_offset)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, state.to_snapshot())
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

@@ -196,11 +196,14 @@ class LogSegment:
             HANDLES.closed(self)
             os.close(fd)
 
-    def flush(self) -> None:
+    def flush(self, *, sync: bool = True) -> None:
+        """fsync the log and write out (and fsync) the indexes; ``sync=False`` only writes the
+        indexes out, for a caller that makes the whole file system durable afterwards."""
         if self.dirty:
-            fileops.fsync(self.fd)
-            self.index.flush()
-            self.time_index.flush()
+            if sync:
+                fileops.fsync(self.fd)
+            self.index.flush(sync=sync)
+            self.time_index.flush(sync=sync)
             self.dirty = False
 
     def close(self) -> None:

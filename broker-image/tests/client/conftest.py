@@ -63,6 +63,8 @@ class FakeCluster:
         self.next_producer_id = 1000
         # brokers that hang: Produce and Metadata to them never answer (a SIGSTOP-ed process)
         self.hung: set[int] = set()
+        # brokers whose Produce calls wait (a slow broker that still answers Metadata)
+        self.slow_produce: set[int] = set()
         self.group_coordinator = FakeGroups(self)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -148,7 +150,8 @@ class _FakeBroker(broker_pb2_grpc.BrokerServicer):
                 continue
             topics.append(broker_pb2.TopicMetadata(name=name, partitions=[
                 broker_pb2.PartitionMetadata(partition=i, leader=p.leader, leader_epoch=0,
-                                             replicas=[p.leader], isr=[p.leader])
+                                             # every fake broker holds a replica
+                                             replicas=sorted(self.c.ports), isr=[p.leader])
                 for i, p in enumerate(parts)]))
         return broker_pb2.MetadataResponse(
             cluster_id="fake", controller_id=1, topics=topics,
@@ -169,6 +172,8 @@ class _FakeBroker(broker_pb2_grpc.BrokerServicer):
     async def Produce(self, request: Any, context: Any) -> Any:
         self.c.calls.append((self.id, "Produce", request))
         await self._hang_if_hung()
+        while self.id in self.c.slow_produce:
+            await asyncio.sleep(0.05)
         await self.c.abort_if_call_fault("Produce", context)
         out = []
         for pd in request.partitions:

@@ -120,6 +120,17 @@ class ClusterMetadata:
             return NO_LEADER
         return part.leader
 
+    def may_move(self, tp: TopicPartition, node: int) -> bool:
+        """Whether a broker other than ``node`` could come to lead ``tp``: it has another
+        replica (a leader is elected among the replicas). True when not known."""
+        info = self.topics.get(tp.topic)
+        if info is None or tp.partition >= len(info.partitions):
+            return True
+        part = info.partitions[tp.partition]
+        if part.partition != tp.partition or not part.replicas:
+            return True
+        return any(r != node for r in part.replicas)
+
     def leader_epoch(self, tp: TopicPartition) -> int:
         info = self.topics.get(tp.topic)
         if info is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strom.client.accumulator import SMALL_BATCH, RecordAccumulator
+from strom.client.accumulator import MIN_BATCH, RecordAccumulator
 from strom.client.models import TopicPartition
 from strom.client.producer_batch import ProducerBatch
 from strom.protocol.records import Compression
@@ -160,27 +160,65 @@ def test_expire_scans_only_once_the_oldest_batch_may_have_expired() -> None:
     assert not acc.has_queued()
 
 
-def test_new_batches_are_small_once_half_the_buffer_is_taken() -> None:
+def test_new_batches_are_small_once_a_quarter_of_the_buffer_is_taken() -> None:
     acc = RecordAccumulator(batch_size=256 << 10, linger_ms=5, compression=Compression.NONE,
                             buffer_memory=1 << 20)
     sizes = []
     for p in range(6):
-        size = acc.batch_capacity()
+        size = acc.batch_capacity(tp(p))
         assert acc.try_reserve(size)
         with acc.lock:
             batch, _ = acc.start_batch(tp(p), 0, size)
         assert batch.builder.max_bytes == size  # its capacity is what it reserved
         sizes.append(size)
-    assert sizes == [256 << 10, 256 << 10] + [SMALL_BATCH] * 4
+    assert sizes == [256 << 10] + [MIN_BATCH] * 5
     acc.release(256 << 10)
-    acc.release(256 << 10)
-    assert acc.batch_capacity() == 256 << 10
+    assert acc.batch_capacity(tp(0)) == MIN_BATCH  # 5 KiB more than a quarter still taken
+    acc.release(5 * MIN_BATCH)
+    assert acc.batch_capacity(tp(0)) == 256 << 10
+    assert acc.batch_capacity(tp(0), need=300 << 10) == 300 << 10  # a big record: its size
 
 
-def test_many_partitions_fit_the_default_buffer() -> None:
-    """1,000 partitions with a batch open and one in flight each (2,000 batches) fit 32 MiB:
-    with 256 KiB reserved per batch only 128 did, and send() blocked."""
+def test_ten_thousand_partitions_fit_the_default_buffer() -> None:
+    """10,000 partitions with a batch open and one in flight each (20,000 batches) fit 32 MiB:
+    with 256 KiB reserved per batch only 128 did, with 8 KiB once half was taken ~2,100."""
     acc = RecordAccumulator(batch_size=256 << 10, linger_ms=5, compression=Compression.NONE,
                             buffer_memory=32 << 20)
-    for _ in range(2 * MANY):
-        assert acc.try_reserve(acc.batch_capacity())
+    for p in range(20 * MANY):
+        assert acc.reserve_batch(tp(p % (10 * MANY)), need=200), p
+
+
+def _fill(acc: RecordAccumulator, partition: TopicPartition, now: float) -> ProducerBatch:
+    """Start a batch of ``partition`` and append records until it is full."""
+    with acc.lock:
+        assert acc.open_batch(partition) is None  # the previous one is full
+    size = acc.reserve_batch(partition)
+    with acc.lock:
+        batch, _ = acc.start_batch(partition, now, size)
+        while batch.builder.try_append(b"k", b"v" * 100, 0, []) >= 0:
+            pass
+        acc.mark_full(batch)  # as append_locked does when a record does not fit
+    return batch
+
+
+def test_a_partition_whose_batches_fill_up_earns_bigger_ones() -> None:
+    acc = RecordAccumulator(batch_size=64 << 10, linger_ms=5, compression=Compression.NONE,
+                            buffer_memory=1 << 20)
+    assert acc.try_reserve(300 << 10)  # over a quarter of the buffer is taken: batches are small
+    hot, cold = tp(0), tp(1)
+    sizes = [_fill(acc, hot, 0).builder.max_bytes for _ in range(5)]
+    assert sizes == [MIN_BATCH, 4 * MIN_BATCH, 16 * MIN_BATCH, 64 << 10, 64 << 10]
+    assert acc.batch_capacity(cold) == MIN_BATCH
+    assert acc.try_reserve(500 << 10)  # under a quarter stays free: even a hot one is small
+    assert acc.batch_capacity(hot) == MIN_BATCH
+    acc.release(500 << 10)
+    with acc.lock:  # a hot partition that went quiet: its batch leaves at linger mostly empty
+        acc.batches[hot].clear()
+        acc._ready.clear()
+        acc._linger.clear()
+    size = acc.reserve_batch(hot)
+    with acc.lock:
+        batch, _ = acc.start_batch(hot, 0, size)
+        batch.builder.try_append(b"k", b"v", 0, [])
+    assert acc.drain([1], lambda _: 1, 1 << 30, now_ms=10) == {1: [batch]}
+    assert acc.batch_capacity(hot) == 16 * MIN_BATCH

@@ -34,9 +34,13 @@ from strom.protocol.records import BatchBuilder, Compression
 
 #: Bytes a batch adds on the wire around its records (the v2 header) — for request sizing.
 BATCH_OVERHEAD = 61
-#: The capacity of a new batch once half of buffer_memory is taken: 1,000 partitions with a
-#: batch open and one in flight each then fit the default 32 MiB (Kafka: 16 KiB batches, 32 MiB).
-SMALL_BATCH = 8192
+#: The capacity of a partition's new batch once a quarter of buffer_memory is taken, until its
+#: batches fill up (then each next one is ``GROWTH`` times larger, up to ``batch_size``): the
+#: default 32 MiB then hold 10,000 partitions with a batch open and one in flight each (issue
+#: 21; with 8 KiB per batch only ~2,000 fitted and keyed send() over 10,000 partitions waited
+#: for memory that batches of one or two records held).
+MIN_BATCH = 1024
+GROWTH = 4
 
 
 @dataclass(slots=True)
@@ -88,6 +92,8 @@ class RecordAccumulator:
         self._queued = 0  # batches in the queues
         self._delivery_timeout_ms = 0.0  # learnt from expire(); until then scan at once
         self._next_expire_ms = float("inf")
+        #: the capacity a partition's batches earned by filling up (see ``MIN_BATCH``)
+        self._grown: dict[TopicPartition, int] = {}
 
     # --- memory --------------------------------------------------------------------------
     def reserve(self, size: int, timeout_s: float | None) -> None:
@@ -117,27 +123,33 @@ class RecordAccumulator:
                 return True
             return False
 
-    def batch_capacity(self) -> int:
-        """Bytes to reserve for (and the capacity of) the next new batch: ``batch_size`` while at
-        least half of buffer_memory stays free after it, else ``SMALL_BATCH``. A batch reserves
-        its whole capacity up front, so with ``batch_size`` everywhere 32 MiB held only 128
-        batches and keyed produce over 100+ partitions spent its time blocked in ``send()``
-        waiting for memory its nearly empty batches held (issue 21: 100 partitions 4,790 ->
-        30,289 records/s with the memory unbounded). Batches that fill up still go at once."""
+    def batch_capacity(self, tp: TopicPartition | None = None, need: int = 0) -> int:
+        """Bytes to reserve for (and the capacity of) ``tp``'s next new batch, for a first
+        record of about ``need`` bytes: ``batch_size`` while at most a quarter of
+        buffer_memory is taken after it; else what the partition's batches earned by filling
+        up (``MIN_BATCH`` at first, ``GROWTH`` times more after each full one, back to
+        ``MIN_BATCH`` while under a quarter would stay free); never less than ``need`` (a big
+        record reserves what it holds, as Kafka's max(batch.size, record size)). A batch
+        reserves its whole capacity up front, so the bound on memory stays strict: with
+        ``batch_size`` everywhere 32 MiB held only 128 batches (issue 21)."""
         with self.memory:
-            return self._capacity(self.buffer_memory - self.used_memory)
+            return self._capacity(tp, self.buffer_memory - self.used_memory, need)
 
-    def _capacity(self, free: int) -> int:
-        if free - self.batch_size >= self.buffer_memory // 2:
-            return self.batch_size
-        return min(self.batch_size, SMALL_BATCH)
+    def _capacity(self, tp: TopicPartition | None, free: int, need: int) -> int:
+        if free - self.batch_size >= self.buffer_memory - self.buffer_memory // 4:
+            return max(self.batch_size, need)
+        small = min(self.batch_size, MIN_BATCH)
+        size = small if tp is None else min(self.batch_size, self._grown.get(tp, small))
+        if size > small and free - size < self.buffer_memory // 4:
+            size = small
+        return max(size, need)
 
-    def reserve_batch(self) -> int:
+    def reserve_batch(self, tp: TopicPartition | None = None, need: int = 0) -> int:
         """Reserve a new batch's bytes (``batch_capacity``) under one lock: the size, or 0 if
         buffer_memory has no room for it (as ``try_reserve``)."""
         with self.memory:
             free = self.buffer_memory - self.used_memory
-            size = self._capacity(free)
+            size = self._capacity(tp, free, need)
             if size <= free or self.used_memory == 0:
                 self.used_memory += size
                 return size
@@ -156,13 +168,21 @@ class RecordAccumulator:
             last = dq[-1]
             if not last.full:
                 return last
-            self._ready[tp] = None  # a full batch is sendable now
+            self._filled(last)  # a full batch is sendable now
         return None
 
     def mark_full(self, batch: ProducerBatch) -> None:
         """No more records go into ``batch``: it is sendable now, not at the end of linger."""
         batch.full = True
-        self._ready[batch.tp] = None
+        self._filled(batch)
+
+    def _filled(self, batch: ProducerBatch) -> None:
+        """``batch`` is full: sendable now, and its partition earns bigger batches (see
+        ``batch_capacity``) unless it is a retry waiting to be sent again."""
+        tp = batch.tp
+        self._ready[tp] = None
+        if batch.data is None:
+            self._grown[tp] = min(self.batch_size, batch.builder.max_bytes * GROWTH)
 
     def new_batch(self, tp: TopicPartition, now_ms: float, reserved: int) -> ProducerBatch:
         """Start a batch for ``tp`` (the memory was reserved by the caller)."""
@@ -310,6 +330,9 @@ class RecordAccumulator:
                 dq = self.batches[tp]
                 dq.popleft()
                 self._queued -= 1
+                if not found[1] and size * GROWTH < head.builder.max_bytes \
+                        and tp in self._grown:  # went at linger's end, mostly empty: shrink
+                    self._grown[tp] = max(MIN_BATCH, head.builder.max_bytes // GROWTH)
                 if stamp is not None:
                     stamp(head)
                 head.close()

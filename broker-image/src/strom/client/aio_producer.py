@@ -100,7 +100,7 @@ class AsyncProducer:
     def _try_append(self, topic: str, value: bytes | None, key: bytes | None,
                     partition: int | None, ts: int, hdrs: Sequence[Header],
                     on_delivery: DeliveryCallback | None,
-                    future: asyncio.Future[RecordMetadata], reserved: bool = False) -> bool:
+                    future: asyncio.Future[RecordMetadata]) -> bool:
         core = self._core
         try:
             tp, sticky, n = core.route(topic, key, partition)
@@ -111,8 +111,8 @@ class AsyncProducer:
             return True
         with core.acc.lock:
             try:
-                batch, index, wake, used = core.append_locked(tp, sticky, n, key, value, ts,
-                                                              hdrs, reserved)
+                batch, index, wake, _ = core.append_locked(tp, sticky, n, key, value, ts,
+                                                           hdrs, 0)
             except BufferFull:
                 return False
             if batch.async_futures is None:
@@ -122,8 +122,6 @@ class AsyncProducer:
             batch.async_futures.append((index, ts, ks, vs, future))
             if on_delivery is not None:
                 batch.add_callback(index, ts, ks, vs, on_delivery)
-        if reserved and not used:
-            core.acc.release(self._settings.batch_size)
         if wake:
             core.wake()
         return True

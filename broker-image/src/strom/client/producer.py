@@ -100,7 +100,7 @@ class Producer:
         """``send`` through the partitioner, waiting for metadata or buffer memory if needed."""
         core = self._core
         lock = self._lock
-        reserved = False
+        reserved = 0
         while True:
             try:
                 tp, sticky, n = core.route(topic, key, partition)
@@ -111,16 +111,16 @@ class Producer:
                 try:
                     batch, index, wake, used = core.append_locked(
                         tp, sticky, n, key, value, ts, hdrs, reserved)
-                except BufferFull:
-                    pass
+                except BufferFull as full:
+                    size = full.size
                 else:
                     if on_delivery is not None:
                         batch.add_callback(index, ts, ks, vs, on_delivery)
                     break
-            core.acc.reserve(self._settings.batch_size, self._max_block_s)
-            reserved = True
+            core.acc.reserve(size, self._max_block_s)
+            reserved = size
         if reserved and not used:
-            core.acc.release(self._settings.batch_size)
+            core.acc.release(reserved)
         if wake:
             self._thread.call_soon(core.wake)
             # Hand the GIL to the sender now (once per batch): otherwise a tight send() loop

@@ -35,7 +35,7 @@ from typing import Any, TypedDict
 
 import grpc
 
-from strom.client.accumulator import RecordAccumulator
+from strom.client.accumulator import BATCH_OVERHEAD, RecordAccumulator
 from strom.client.backoff import RetryPolicy
 from strom.client.config import parse_bootstrap, require_positive, resolve_idempotence
 from strom.client.connections import Connections, MetadataRefresher, now_ms, rpc_error
@@ -97,7 +97,12 @@ class NeedMetadata(Exception):
 
 
 class BufferFull(Exception):
-    """Internal: buffer_memory is used up; wait for a batch to complete and try again."""
+    """Internal: buffer_memory has no room for the ``size`` bytes a new batch needs; wait for
+    batches to complete and try again."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 class ProducerOptions(TypedDict, total=False):
@@ -298,9 +303,11 @@ class ProducerCore:
             lock.release()
 
     def append_locked(self, tp: TopicPartition, sticky: bool, n: int, key: bytes | None,
-                      value: bytes | None, ts: int, headers: Sequence[Header], reserved: bool
+                      value: bytes | None, ts: int, headers: Sequence[Header], reserved: int
                       ) -> tuple[ProducerBatch, int, bool, bool]:
-        """Append under ``acc.lock``: (batch, index, wake the sender?, reservation used?)."""
+        """Append under ``acc.lock``: (batch, index, wake the sender?, reservation used?).
+        ``reserved``: bytes of buffer_memory the caller reserved for a new batch (0: none);
+        raises BufferFull with the size to wait for when a new batch finds no room."""
         acc = self.acc
         hdrs = headers if type(headers) is list else list(headers)
         batch = acc.open_batch(tp)
@@ -322,11 +329,15 @@ class ProducerCore:
                     self.sticky_open[tp.topic] = (batch, self.routes_version)
                     return batch, index, True, False
                 acc.mark_full(batch)
-        size = self.settings.batch_size  # what the caller reserved, if it did
-        if not reserved:
-            size = acc.reserve_batch()
+        size = reserved
+        if not size:
+            need = (BATCH_OVERHEAD + RECORD_OVERHEAD + (0 if key is None else len(key))
+                    + (0 if value is None else len(value)))
+            for name, data in hdrs:
+                need += len(name) + (0 if data is None else len(data))
+            size = acc.reserve_batch(tp, need)
             if not size:
-                raise BufferFull
+                raise BufferFull(acc.batch_capacity(tp, need))
         batch, wake = acc.start_batch(tp, now_ms(), size)
         batch.builder.try_append(key, value, ts, hdrs)
         if sticky:

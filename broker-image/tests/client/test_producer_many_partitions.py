@@ -1,0 +1,43 @@
+"""Keyed records spread over 10,000 partitions fit a default producer's buffer_memory.
+
+Issue 21: every new batch reserved 8 KiB once half of the 32 MiB was taken, so about 2,100
+batches fitted; keyed records over 10,000 partitions (a batch of one or two records each)
+made ``send()`` wait for memory that nearly empty batches held, and raise once a slow
+broker answered nothing within ``max_block_ms``. Now a partition's batches start at 1 KiB
+once a quarter of the memory is taken and grow only as they fill up; the bound stays strict
+(``test_accumulator_ready_queue.py``, ``test_producer_retries.py``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from strom.client import Producer
+from strom.testing.waits import wait_until
+
+from .conftest import FakeCluster
+
+PARTITIONS = 10_000
+
+
+def test_two_records_for_each_of_10000_partitions_do_not_wait_for_memory(
+        fake_cluster: FakeCluster) -> None:
+    fake_cluster.create_topic("t", PARTITIONS)
+    value = b"v" * 100
+    with Producer(fake_cluster.bootstrap, acks=1, max_block_ms=2000) as producer:
+        producer.send("t", value, partition=0).result(10)  # metadata known, connection up
+        fake_cluster.slow_produce.add(1)  # no batch completes while the records go in
+        try:
+            start = time.monotonic()
+            futures = [producer.send("t", value, key=b"%d" % r, partition=p)
+                       for r in range(2) for p in range(PARTITIONS)]
+            took = time.monotonic() - start
+            memory = producer._core.acc  # what the records hold: within the bound
+            assert memory.used_memory <= memory.buffer_memory
+        finally:
+            fake_cluster.slow_produce.discard(1)
+        assert took < 1.9, f"send() waited for buffer_memory: {took:.1f} s for 20,000 records"
+        producer.flush(60)
+    assert all(f.result().offset >= 0 for f in futures)
+    wait_until(lambda: all(fake_cluster.records_in("t", p) == 2 + (p == 0)
+                           for p in range(PARTITIONS)), 10, what="every record in the fake")

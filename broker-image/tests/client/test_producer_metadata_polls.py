@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from strom.client import Producer
+from strom.protocol.errors import ErrorCode
 from strom.testing.waits import wait_until
 
 from .conftest import FakeCluster
@@ -55,3 +56,18 @@ def test_a_slow_produce_polls_the_metadata_with_backoff(fake_cluster2: FakeClust
     with Producer(fake_cluster2.bootstrap, acks="all") as producer:
         during = _slow_produce(fake_cluster2, producer, 1, 4.5)
     assert 3 <= during <= 7, f"{during} Metadata calls in 4.5 s of a slow Produce"
+
+
+def test_a_retry_in_backoff_polls_the_metadata_with_backoff(fake_cluster2: FakeCluster) -> None:
+    """Six NOT_LEADER_OR_FOLLOWER answers from a leader that stays put (backoffs 0.1, 0.2,
+    0.4, 0.8, 1, 1 s): a refresh after each, and polls for a leader move in between that
+    back off too; before, a retry in backoff refreshed every retry_backoff_ms (~30 here)."""
+    fake_cluster2.create_topic("t", 1, leaders=[1])
+    with Producer(fake_cluster2.bootstrap, acks="all", retry_backoff_ms=100,
+                  retry_backoff_max_ms=1000) as producer:
+        producer.send("t", b"before").result(10)
+        before = _metadata_calls(fake_cluster2)
+        fake_cluster2.faults[("Produce", "t", 0)] = [ErrorCode.NOT_LEADER_OR_FOLLOWER] * 6
+        assert producer.send("t", b"retried").result(20).offset == 1
+        during = _metadata_calls(fake_cluster2) - before
+    assert 6 <= during <= 14, f"{during} Metadata calls for six retries"

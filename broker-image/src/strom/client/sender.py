@@ -61,20 +61,19 @@ _ProduceCall = grpc.aio.UnaryUnaryMultiCallable[bytes, broker_pb2.ProduceRespons
 _RESTAMP_ERRORS = codes_with(Handling.NEW_PRODUCER_EPOCH)
 
 
-#: A Produce unanswered for this long makes the sender poll the metadata (after ``_POLL_MS``,
-#: then backing off, doubling up to ``retry_backoff_max_ms``, until a call is abandoned or
-#: none was stuck for ``_POLL_RESET_MS``) and, once another broker leads all
-#: its partitions, abandon the call and resend there: a hung or cut-off old leader would
-#: otherwise hold the batches for the whole request_timeout_ms (30 s), sometimes twice. acks=all
-#: answers take milliseconds here. Only calls whose partitions all have another replica are
-#: polled for (no other broker can lead a partition that has one replica), and the backoff
-#: keeps a slow broker from being asked every 250 ms for metadata: at 10,000 partitions a
-#: loaded broker's Produce takes seconds, and a Metadata answer of 10,000 partitions was 35 %
+#: A Produce unanswered for this long makes the sender poll the metadata (``_poll_for_moves``:
+#: after ``_POLL_MS``, then doubling up to ``retry_backoff_max_ms``) and, once another broker
+#: leads all its partitions, abandon the call and resend there: a hung or cut-off old leader
+#: would otherwise hold the batches for the whole request_timeout_ms (30 s), sometimes twice.
+#: acks=all answers take milliseconds here. Only calls whose partitions all have another
+#: replica are polled for (no other broker can lead a partition that has one replica), and the
+#: backoff keeps a slow broker from being asked every 250 ms for metadata: at 10,000 partitions
+#: a loaded broker's Produce takes seconds, and a Metadata answer of 10,000 partitions was 35 %
 #: of the broker's CPU during keyed produce (issue 21). Kafka's producer has no such poll: it
 #: waits out request.timeout.ms.
 STUCK_REQUEST_MS = 1000.0
 _POLL_MS = 250.0
-_POLL_RESET_MS = 10_000.0  # the backoff starts over once no call was stuck for this long
+_POLL_RESET_MS = 10_000.0  # the backoff starts over once no poll was wanted for this long
 
 
 @dataclass(slots=True, eq=False)
@@ -211,7 +210,7 @@ class ProducerCore:
         self._calls: set[_InFlight] = set()
         self._next_poll_ms = 0.0
         self._poll_interval_ms = _POLL_MS
-        self._last_stuck_ms = float("-inf")
+        self._last_poll_wanted_ms = float("-inf")
         self._produce_calls: dict[str, tuple[grpc.aio.Channel, _ProduceCall]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Event | None = None
@@ -399,8 +398,10 @@ class ProducerCore:
                 if check.unknown_leader_topics:
                     self.metadata.mark_stale()
                     self.conns.add_topics(check.unknown_leader_topics)
-                if self.metadata.needs_refresh(now) or check.backing_off:
+                if self.metadata.needs_refresh(now):
                     self._request_refresh(now)  # throttled to one per retry_backoff_ms
+                elif check.backing_off:  # a retry waits: did its leader move (KIP-951)?
+                    self._poll_for_moves(now)
                 nodes = [n for n in check.nodes if self._may_send(n, check.full_nodes)]
                 if nodes and self.settings.idempotence and (
                         self.producer_id < 0 or self._bump_needed):
@@ -468,9 +469,6 @@ class ProducerCore:
         oldest = min(c.started_ms for c in self._calls)
         if now - oldest < STUCK_REQUEST_MS:
             return (oldest + STUCK_REQUEST_MS - now) / 1000.0
-        if now - self._last_stuck_ms >= _POLL_RESET_MS:
-            self._poll_interval_ms = _POLL_MS  # none stuck for a while: start over
-        self._last_stuck_ms = now
         version = self.metadata.version
         movable = False
         for c in self._calls:
@@ -495,13 +493,25 @@ class ProducerCore:
             movable = movable or c.movable
         if not movable:
             return STUCK_REQUEST_MS / 1000.0  # a call that becomes stuck later is looked at then
+        return self._poll_for_moves(now) / 1000.0
+
+    def _poll_for_moves(self, now: float) -> float:
+        """Refresh the metadata to see whether leaders moved, for a stuck call or a retry in
+        its backoff: after ``_POLL_MS``, then doubling up to ``retry_backoff_max_ms``, starting
+        over once a call was abandoned or nothing was polled for in ``_POLL_RESET_MS``. Before,
+        a retry in backoff refreshed every ``retry_backoff_ms`` (100 ms) and a stuck call every
+        250 ms: 10,000-partition Metadata answers several times a second (issue 21). Returns
+        the milliseconds until the next poll."""
+        if now - self._last_poll_wanted_ms >= _POLL_RESET_MS:
+            self._poll_interval_ms = _POLL_MS
+        self._last_poll_wanted_ms = now
         if now >= self._next_poll_ms:
             self._next_poll_ms = now + self._poll_interval_ms
             self._poll_interval_ms = min(self._poll_interval_ms * 2,
                                          max(_POLL_MS, self.settings.retry_backoff_max_ms))
             self.metadata.mark_stale()
             self._request_refresh(now)
-        return max(0.0, self._next_poll_ms - now) / 1000.0
+        return max(0.0, self._next_poll_ms - now)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         assert self.loop is not None

@@ -303,8 +303,18 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> float:
 
 
 def measure(counts: list[int], records: int, progress: object = print,
-            idle_seconds: float = 5.0) -> list[ScalePoint]:
-    from strom.testing import running_broker
+            idle_seconds: float = 5.0, create_100: bool = True,
+            logs_dir: Path | None = None) -> list[ScalePoint]:
+    """``create_100``: also create N partitions in 100 requests on another fresh broker (N >=
+    1,000); ``logs_dir``: keep the broker's log there (after its clean stop, and at the end)."""
+    import shutil
+
+    from strom.testing import BrokerProcess, running_broker
+
+    def keep_log(broker: BrokerProcess, name: str) -> None:
+        if logs_dir is not None:
+            logs_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copy(broker.stderr_path, logs_dir / name)
 
     say = progress if callable(progress) else print
     points: list[ScalePoint] = []
@@ -328,6 +338,7 @@ def measure(counts: list[int], records: int, progress: object = print,
             started = time.perf_counter()
             broker.terminate(timeout=300)  # closing N logs flushes each one
             stop = time.perf_counter() - started
+            keep_log(broker, f"broker-{n}-stopped.log")
             started = time.perf_counter()
             broker.start()  # until it answers Metadata (its logs are loaded by then)
             restart = time.perf_counter() - started + first_write_s(bs, "scale")
@@ -340,7 +351,8 @@ def measure(counts: list[int], records: int, progress: object = print,
                                create_cpu, change, idle_cpu, restart_s=restart, stop_s=stop,
                                kill9_s=kill9, fds_restarted=open_fds(broker.pid),
                                load_avg=os.getloadavg()[0])
-        if n >= 1000:
+            keep_log(broker, f"broker-{n}.log")
+        if n >= 1000 and create_100:
             with tempfile.TemporaryDirectory(prefix="strom-bench-scale-") as tmp, \
                     running_broker(Path(tmp)) as broker:
                 say(f"partition scale: creating {n:,} partitions in 100 requests")
@@ -427,7 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=900.0,
                         help="with --brokers 3: the bound of every wait and of the produce")
     parser.add_argument("--logs", type=Path, default=None,
-                        help="with --brokers 3: copy the brokers' logs into this directory")
+                        help="copy the brokers' logs into this directory")
+    parser.add_argument("--create-100", action=argparse.BooleanOptionalAction, default=True,
+                        help="from 1,000 partitions on, also create N partitions in 100 "
+                             "requests on a second fresh broker")
     parser.add_argument("--kafka", action="store_true",
                         help="with --keyed-only: also run the confluent-kafka rows against one "
                              "Apache Kafka node (needs Java and the jars kafka-ref/fetch gets)")
@@ -444,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
                 "load_avg_end": os.getloadavg(), "rows": [asdict(r) for r in rows]},
                 indent=2) + "\n")
         return 0
-    points = measure([int(c) for c in args.counts.split(",")], args.records)
+    points = measure([int(c) for c in args.counts.split(",")], args.records,
+                     create_100=args.create_100, logs_dir=args.logs)
     print(format_points(points))
     if args.json is not None:
         args.json.write_text(json.dumps({

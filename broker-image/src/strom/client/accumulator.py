@@ -332,7 +332,7 @@ class RecordAccumulator:
                 self._queued -= 1
                 if not found[1] and size * GROWTH < head.builder.max_bytes \
                         and tp in self._grown:  # went at linger's end, mostly empty: shrink
-                    self._grown[tp] = max(MIN_BATCH, head.builder.max_bytes // GROWTH)
+                    self._grown[tp] = max(MIN_BATCH, self._grown[tp] // GROWTH)
                 if stamp is not None:
                     stamp(head)
                 head.close()

@@ -87,6 +87,8 @@ class ClusterLink:
         """Once set (by the broker, when its metadata publisher starts), how far the broker has
         acted on the image: proposals wait for it as well and heartbeats report it."""
         self._applied_event = asyncio.Event()
+        self._heartbeat_now = asyncio.Event()
+        """Set to send the next heartbeat at once (see :meth:`notify_published`)."""
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         raft_dir = Path(config.log_dirs[0]) / RAFT_DIR
@@ -142,9 +144,16 @@ class ClusterLink:
         return offset if self.published_offset is None else min(offset, self.published_offset())
 
     def notify_published(self) -> None:
-        """The publisher advanced: wake whoever waits in :meth:`wait_applied`."""
+        """The publisher advanced: wake whoever waits in :meth:`wait_applied`; a fenced broker
+        whose publisher just reached its registration heart-beats at once, so the controller
+        unfences it now rather than at the next heartbeat (up to
+        ``broker.heartbeat.interval.ms`` later), as Kafka's broker does once ready to unfence
+        (issue 21: publishing 10,000 partitions outlasts the first heartbeat)."""
         event, self._applied_event = self._applied_event, asyncio.Event()
         event.set()
+        if (not self.unfenced.is_set() and self.broker_epoch >= 0
+                and self.applied_offset >= self.broker_epoch):
+            self._heartbeat_now.set()
 
     @property
     def controller_id(self) -> int:
@@ -381,7 +390,9 @@ class ClusterLink:
                     log.debug("heartbeat failed: %s", err)
             except Exception as exc:  # unexpected: supervised (retried, then fatal)
                 await failed("broker-heartbeats", exc)
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._heartbeat_now.wait(), interval)
+            self._heartbeat_now.clear()
 
     async def _controlled_shutdown(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -51,34 +51,49 @@ class ClusterMetadata:
         self.updated_ms = -1.0
         self._stale = True
         self.version = 0
+        """Moves when a Metadata answer changed anything (routes cached by it stay valid)."""
+        self._answers: dict[str, bytes] = {}
+        """Each topic's last answer as received, to skip parsing it again when unchanged."""
 
     # --- updates -------------------------------------------------------------------------
     def update(self, response: broker_pb2.MetadataResponse, now_ms: float,
                requested: Iterable[str] | None = None) -> None:
-        """Merge a Metadata response. Topics asked for but absent are dropped from the cache."""
+        """Merge a Metadata response. Topics asked for but absent are dropped from the cache.
+
+        ``version`` moves only when something changed: a topic whose answer is byte for byte
+        the one before keeps its parsed partitions (parsing 10,000 of them cost 56 ms of the
+        client's CPU, and a new version made the producer rebuild its routes), so the
+        producer's periodic and failover polls of an unchanged cluster cost little (issue 21).
+        """
+        changed = (response.cluster_id != self.cluster_id
+                   or response.controller_id != self.controller_id)
         self.cluster_id = response.cluster_id
         self.controller_id = response.controller_id
-        self.brokers = {
+        brokers = {
             b.broker_id: BrokerDescription(b.broker_id, b.host, b.port, b.rack or None)
             for b in response.brokers
         }
+        if brokers != self.brokers:
+            changed = True
+            self.brokers = brokers
         seen: set[str] = set()
         for t in response.topics:
             seen.add(t.name)
-            parts = tuple(
-                PartitionInfo(p.partition, p.leader, p.leader_epoch, tuple(p.replicas),
-                              tuple(p.isr), error_code_from_int(p.error_code))
-                for p in sorted(t.partitions, key=lambda p: p.partition)
-            )
-            self.topics[t.name] = TopicInfo(t.name, error_code_from_int(t.error_code),
-                                            t.error_message, t.internal, parts)
+            raw = t.SerializeToString()
+            if self._answers.get(t.name) == raw and t.name in self.topics:
+                continue
+            changed = True
+            self._answers[t.name] = raw
+            self.topics[t.name] = _topic_info(t)
         if requested is not None:
             for name in requested:
-                if name not in seen:
-                    self.topics.pop(name, None)
+                if name not in seen and self.topics.pop(name, None) is not None:
+                    changed = True
+                    self._answers.pop(name, None)
         self.updated_ms = now_ms
         self._stale = False
-        self.version += 1
+        if changed:
+            self.version += 1
 
     def mark_stale(self) -> None:
         """A broker said our routing is wrong: refresh before the next send."""
@@ -156,3 +171,17 @@ class ClusterMetadata:
             else:
                 routed.setdefault(leader, []).append(tp)
         return routed, unknown
+
+
+_NONE = ErrorCode.NONE
+
+
+def _topic_info(t: broker_pb2.TopicMetadata) -> TopicInfo:
+    parts = [PartitionInfo(p.partition, p.leader, p.leader_epoch, tuple(p.replicas),
+                           tuple(p.isr),
+                           _NONE if not p.error_code else error_code_from_int(p.error_code))
+             for p in t.partitions]
+    if any(p.partition != i for i, p in enumerate(parts)):
+        parts.sort(key=lambda p: p.partition)
+    return TopicInfo(t.name, error_code_from_int(t.error_code), t.error_message, t.internal,
+                     tuple(parts))

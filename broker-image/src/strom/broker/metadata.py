@@ -72,6 +72,17 @@ class ClusterMetadata:
         self._records_at = -1
         """The image offset ``_records`` were built at: the image only changes by applying
         entries, so one offset check per lookup keeps the produce path free of rebuilding."""
+        self._answers: dict[object, object] = {}
+        self._answers_at = -1
+
+    def answers(self) -> dict[object, object]:
+        """A cache for answers built from the image (e.g. a topic's Metadata answer), emptied
+        whenever the image moves to another offset."""
+        offset = self.image.offset
+        if offset != self._answers_at:
+            self._answers.clear()
+            self._answers_at = offset
+        return self._answers
 
     @property
     def image(self) -> MetadataImage:

@@ -137,6 +137,9 @@ class MetadataPublisher:
         self._task: asyncio.Task[None] | None = None
         self._run_started = 0.0
         self._run_count = 0
+        self._run_led: list[tuple[TopicPartition, int]] = []
+        """Partitions this broker took the leadership of (with the epoch) in this run."""
+        self._run_resigned = 0
         self._ready = False
         self._compare_all = True
         """Compare every partition on the next publish (the first one)."""
@@ -221,6 +224,13 @@ class MetadataPublisher:
         self.partitions_visited += done
 
     def _finished(self) -> None:
+        if self._run_led or self._run_resigned:  # one line, not one per partition
+            led = self._run_led
+            examples = ", ".join(f"{t}-{p} in epoch {e}" for (t, p), e in led[:3])
+            log.info("leading %d partitions in a new epoch%s; stopped leading %d", len(led),
+                     f" ({examples}{', ...' if len(led) > 3 else ''})" if led else "",
+                     self._run_resigned)
+            self._run_led, self._run_resigned = [], 0
         if self._target == self.offset:
             return
         self.offset = self._target
@@ -289,6 +299,10 @@ class MetadataPublisher:
             self._leadership_changed(tp, new.leader_epoch if now else None)
 
     def _leadership_changed(self, tp: TopicPartition, leader_epoch: int | None) -> None:
+        if leader_epoch is None:
+            self._run_resigned += 1
+        else:
+            self._run_led.append((tp, leader_epoch))
         if self.on_leadership is None:
             return
         try:

@@ -161,8 +161,10 @@ class ReplicaManager:
             self._stop_following(tp)
             if part.led_epoch != view.leader_epoch:
                 part.become_leader(now)
-                log.info("%s-%d: leader in epoch %d at offset %d (ISR %s)", *tp,
-                         view.leader_epoch, part.epoch_start_offset, list(view.isr))
+                # one line per partition only at DEBUG: the publisher logs how many it took
+                # (10,000 lines at a restart cost 0.15 s of CPU; Kafka logs these at TRACE)
+                log.debug("%s-%d: leader in epoch %d at offset %d (ISR %s)", *tp,
+                          view.leader_epoch, part.epoch_start_offset, list(view.isr))
             else:
                 part.update_assignment(now)
             part.advance_high_watermark()  # waiters are notified below in any case

@@ -1,4 +1,5 @@
-"""A topic's Metadata answer is built once per metadata image offset, not per request.
+"""A topic's Metadata answer is built once per metadata image offset, not per request (on
+the gRPC front and, in each request version's types, on the Kafka listener).
 
 Issue 21: a Metadata answer for a 10,000-partition topic took ~35 ms of the broker's CPU to
 build, and producers and consumers ask for the same topic again and again while nothing
@@ -7,10 +8,16 @@ changes; a copy of the built message costs a millisecond.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from strom.broker import metadata_rpc
 from strom.broker.core import BrokerCore
+from strom.broker.kafka import metadata as kafka_metadata
+from strom.broker.kafka.context import Context
+from strom.broker.kafka.frames import Request
 from strom.protocol.v1 import broker_pb2
 
 
@@ -36,3 +43,31 @@ async def test_an_answer_is_built_once_per_image_offset(
     assert sorted(t.name for t in everything.topics) == ["t", "u"]
     assert [t.partitions for t in everything.topics if t.name == "t"] == [
         first.topics[0].partitions]
+
+
+async def test_the_kafka_listener_builds_a_topic_s_partitions_once_per_offset(
+        core: BrokerCore, monkeypatch: pytest.MonkeyPatch) -> None:
+    await core.topics.create_topic("t", 3)
+    built: list[str] = []
+    real_build = Context.build
+
+    def counting(self: Context, class_name: str, /, **values: object) -> object:
+        built.append(class_name)
+        return real_build(self, class_name, **values)
+
+    monkeypatch.setattr(Context, "build", counting)
+
+    async def ask(version: int) -> object:
+        body = SimpleNamespace(topics=None, allow_auto_topic_creation=False)
+        ctx = Context(core, Request(kafka_metadata.KEY, version, 1, "test", body),
+                      "PLAINTEXT", {})
+        return await kafka_metadata.handle(ctx)
+
+    first, second = await ask(12), await ask(12)
+    assert built.count("MetadataResponsePartition") == 3 and first == second
+    await ask(9)  # another version's types: built for it
+    assert built.count("MetadataResponsePartition") == 6
+    await core.topics.create_topic("u", 1)
+    answer: Any = await ask(12)
+    assert built.count("MetadataResponsePartition") == 10
+    assert {t.name: len(t.partitions) for t in answer.topics} == {"t": 3, "u": 1}

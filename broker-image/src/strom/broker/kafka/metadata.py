@@ -51,14 +51,7 @@ async def handle(ctx: Context) -> Any:
     topics = [
         ctx.build("MetadataResponseTopic", error_code=code(t.error_code), name=t.name,
                   topic_id=topic_uuid(t.topic_id) if t.topic_id else _ZERO,
-                  is_internal=t.internal,
-                  partitions=tuple(
-                      ctx.build("MetadataResponsePartition", error_code=code(p.error_code),
-                                partition_index=p.partition, leader_id=p.leader,
-                                leader_epoch=p.leader_epoch, replica_nodes=tuple(p.replicas),
-                                isr_nodes=tuple(p.isr),
-                                offline_replicas=tuple(p.offline_replicas))
-                      for p in t.partitions))
+                  is_internal=t.internal, partitions=_partitions(ctx, t))
         for t in answer.topics
     ]
     topics += [ctx.build("MetadataResponseTopic",
@@ -68,3 +61,22 @@ async def handle(ctx: Context) -> Any:
     return ctx.build("MetadataResponse", throttle_time=NO_THROTTLE, brokers=brokers,
                      cluster_id=answer.cluster_id or None, controller_id=answer.controller_id,
                      topics=tuple(topics), error_code=code(0))
+
+
+def _partitions(ctx: Context, t: broker_pb2.TopicMetadata) -> tuple[Any, ...]:
+    """A topic's partitions in this request version's types, built once per metadata image
+    offset and version (10,000 partitions took ~50 ms to build; clients ask again and again
+    while nothing changes, issue 21). The gRPC answer they come from is cached the same way."""
+    if not t.partitions:
+        return ()
+    answers = ctx.core.metadata.answers()
+    key = ("kafka-metadata", ctx.version, t.name, len(t.partitions))
+    built = answers.get(key)
+    if not isinstance(built, tuple):
+        built = answers[key] = tuple(
+            ctx.build("MetadataResponsePartition", error_code=code(p.error_code),
+                      partition_index=p.partition, leader_id=p.leader,
+                      leader_epoch=p.leader_epoch, replica_nodes=tuple(p.replicas),
+                      isr_nodes=tuple(p.isr), offline_replicas=tuple(p.offline_replicas))
+            for p in t.partitions)
+    return built

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from strom.client import Producer
+from strom.client.models import TopicPartition
 from strom.protocol.errors import ErrorCode
 from strom.testing.waits import wait_until
 
@@ -71,3 +72,23 @@ def test_a_retry_in_backoff_polls_the_metadata_with_backoff(fake_cluster2: FakeC
         assert producer.send("t", b"retried").result(20).offset == 1
         during = _metadata_calls(fake_cluster2) - before
     assert 6 <= during <= 14, f"{during} Metadata calls for six retries"
+
+
+def test_a_partition_without_a_leader_is_polled_for_with_backoff(
+        fake_cluster2: FakeCluster) -> None:
+    """3 s without a leader (an unknown broker leads it): polls at about 0, 0.25, 0.75, 1.75,
+    2.75 s, not every retry_backoff_ms (~30); the record goes once the leader is known."""
+    fake_cluster2.create_topic("t", 1, leaders=[1])
+    with Producer(fake_cluster2.bootstrap, acks="all", retry_backoff_ms=100,
+                  retry_backoff_max_ms=1000) as producer:
+        producer.send("t", b"before").result(10)
+        fake_cluster2.set_leader("t", 0, 99)
+        future = producer.send("t", b"waits")  # NOT_LEADER_OR_FOLLOWER, then no leader known
+        wait_until(lambda: producer._core._leader_of(TopicPartition("t", 0)) < 0, 10,
+                   what="the producer to see no leader")
+        before = _metadata_calls(fake_cluster2)
+        time.sleep(3.0)
+        during = _metadata_calls(fake_cluster2) - before
+        fake_cluster2.set_leader("t", 0, 2)
+        assert future.result(10).offset == 1
+    assert 2 <= during <= 8, f"{during} Metadata calls in 3 s without a leader"

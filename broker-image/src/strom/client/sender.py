@@ -395,12 +395,15 @@ class ProducerCore:
                 self._wake.clear()
                 now = now_ms()
                 check = acc.ready(now, self._leader_of)
-                if check.unknown_leader_topics:
-                    self.metadata.mark_stale()
-                    self.conns.add_topics(check.unknown_leader_topics)
+                if check.unknown_leader_topics \
+                        and self.conns.add_topics(check.unknown_leader_topics):
+                    self.metadata.mark_stale()  # a topic not asked for yet: at once
                 if self.metadata.needs_refresh(now):
                     self._request_refresh(now)  # throttled to one per retry_backoff_ms
-                elif check.backing_off:  # a retry waits: did its leader move (KIP-951)?
+                elif check.backing_off or check.unknown_leader_topics:
+                    # a retry waits (did its leader move? KIP-951) or a partition has no
+                    # leader: poll with backoff, as Kafka's metadata refresh backs off
+                    # (KIP-580), not every retry_backoff_ms
                     self._poll_for_moves(now)
                 nodes = [n for n in check.nodes if self._may_send(n, check.full_nodes)]
                 if nodes and self.settings.idempotence and (

@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _DELETING_SUFFIX = ".deleting"
 _PROBE_FILE = ".write-probe"
+MARKER_SOURCE = ".clean-shutdown-source"
+"""An empty file per log directory; each log's clean-shutdown marker is a hard link to it."""
 _PROGRESS_SECONDS = 5.0
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -373,7 +375,18 @@ class LogManager:
                                               strict=True) if more]
         if handles is None:
             return
-        for step in (checkpoint_one, _mark_clean):
+        sources = {directory: _marker_source(directory) for directory in handles}
+
+        def mark_one(plog: PartitionLog) -> bool:
+            try:
+                plog.mark_clean(sync=False, link_from=sources[plog.directory.parent])
+            except OSError as exc:
+                log.warning("%s-%d: cannot write its clean-shutdown marker (%s); it recovers "
+                            "at the next start", plog.topic, plog.partition, exc)
+                return False
+            return True
+
+        for step in (checkpoint_one, mark_one):
             synced = self._syncfs(handles)
             pending = [plog for plog in pending if plog.directory.parent in synced]
             pending = [plog for plog, ok in zip(pending, self._in_parallel(step, pending),
@@ -411,11 +424,13 @@ class LogManager:
                 yield from results
 
 
-def _mark_clean(plog: PartitionLog) -> bool:
+
+def _marker_source(log_dir: Path) -> Path | None:
+    """An empty file in ``log_dir`` that clean-shutdown markers are hard-linked to (see
+    :meth:`PartitionLog.mark_clean`); None if it cannot be made (markers are then created)."""
+    source = log_dir / MARKER_SOURCE
     try:
-        plog.mark_clean(sync=False)
-    except OSError as exc:
-        log.warning("%s-%d: cannot write its clean-shutdown marker (%s); it recovers at the "
-                    "next start", plog.topic, plog.partition, exc)
-        return False
-    return True
+        os.close(os.open(source, os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError:
+        return None
+    return source

@@ -86,6 +86,10 @@ def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
     for rate in (500, 2000):
         assert "kafka" in by_key[("strom (confluent-kafka)", "curve-8p-1KiB",
                                   f"e2e p99 @{rate}/s")]["ratios"]
+        for workload in ("curve-1p-100B", "curve-8p-1KiB"):  # a point is a median of runs
+            point = by_key[("strom (confluent-kafka)", workload, f"e2e p99 @{rate}/s")]
+            assert len(point["extra"]["runs"]) == 1 == len(point["extra"]["records"]), point
+            assert point["value"] == point["extra"]["runs"][0]
         assert "kafka ProducerPerformance" in by_key[("strom ProducerPerformance",
                                                       "curve-8p-1KiB", f"ack p99 @{rate}/s")][
             "ratios"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strom.client.accumulator import MIN_BATCH, RecordAccumulator
+from strom.client.accumulator import MID_BATCH, MIN_BATCH, RecordAccumulator
 from strom.client.models import TopicPartition
 from strom.client.producer_batch import ProducerBatch
 from strom.protocol.records import Compression
@@ -160,31 +160,33 @@ def test_expire_scans_only_once_the_oldest_batch_may_have_expired() -> None:
     assert not acc.has_queued()
 
 
-def test_new_batches_are_small_once_a_quarter_of_the_buffer_is_taken() -> None:
-    acc = RecordAccumulator(batch_size=256 << 10, linger_ms=5, compression=Compression.NONE,
+def test_new_batches_are_smaller_as_the_buffer_fills() -> None:
+    acc = RecordAccumulator(batch_size=64 << 10, linger_ms=5, compression=Compression.NONE,
                             buffer_memory=1 << 20)
     sizes = []
-    for p in range(6):
+    for p in range(70):
         size = acc.batch_capacity(tp(p))
         assert acc.try_reserve(size)
         with acc.lock:
             batch, _ = acc.start_batch(tp(p), 0, size)
         assert batch.builder.max_bytes == size  # its capacity is what it reserved
         sizes.append(size)
-    assert sizes == [256 << 10] + [MIN_BATCH] * 5
-    acc.release(256 << 10)
-    assert acc.batch_capacity(tp(0)) == MIN_BATCH  # 5 KiB more than a quarter still taken
-    acc.release(5 * MIN_BATCH)
-    assert acc.batch_capacity(tp(0)) == 256 << 10
+    # batch_size while an eighth is taken, MID_BATCH while half stays free, then MIN_BATCH
+    assert sizes[:2] == [64 << 10] * 2
+    assert set(sizes[2:50]) == {MID_BATCH} and sizes.index(MIN_BATCH) == 50
+    acc.release(sum(sizes[2:]))
+    assert acc.batch_capacity(tp(0)) == MID_BATCH  # an eighth still taken
+    acc.release(64 << 10)
+    assert acc.batch_capacity(tp(0)) == 64 << 10
     assert acc.batch_capacity(tp(0), need=300 << 10) == 300 << 10  # a big record: its size
 
 
 def test_ten_thousand_partitions_fit_the_default_buffer() -> None:
-    """10,000 partitions with a batch open and one in flight each (20,000 batches) fit 32 MiB:
-    with 256 KiB reserved per batch only 128 did, with 8 KiB once half was taken ~2,100."""
+    """10,000 partitions with a batch open each and 7,500 more in flight fit 32 MiB: with
+    256 KiB reserved per batch only 128 did, with 8 KiB once half was taken ~2,100."""
     acc = RecordAccumulator(batch_size=256 << 10, linger_ms=5, compression=Compression.NONE,
                             buffer_memory=32 << 20)
-    for p in range(20 * MANY):
+    for p in range(17 * MANY + MANY // 2):
         assert acc.reserve_batch(tp(p % (10 * MANY)), need=200), p
 
 
@@ -204,14 +206,14 @@ def _fill(acc: RecordAccumulator, partition: TopicPartition, now: float) -> Prod
 def test_a_partition_whose_batches_fill_up_earns_bigger_ones() -> None:
     acc = RecordAccumulator(batch_size=64 << 10, linger_ms=5, compression=Compression.NONE,
                             buffer_memory=1 << 20)
-    assert acc.try_reserve(300 << 10)  # over a quarter of the buffer is taken: batches are small
+    assert acc.try_reserve(600 << 10)  # over half of the buffer is taken: batches start small
     hot, cold = tp(0), tp(1)
     sizes = [_fill(acc, hot, 0).builder.max_bytes for _ in range(5)]
     assert sizes == [MIN_BATCH, 4 * MIN_BATCH, 16 * MIN_BATCH, 64 << 10, 64 << 10]
     assert acc.batch_capacity(cold) == MIN_BATCH
-    assert acc.try_reserve(500 << 10)  # under a quarter stays free: even a hot one is small
+    assert acc.try_reserve(200 << 10)  # under a quarter stays free: even a hot one is small
     assert acc.batch_capacity(hot) == MIN_BATCH
-    acc.release(500 << 10)
+    acc.release(200 << 10)
     with acc.lock:  # a hot partition that went quiet: its batch leaves at linger mostly empty
         acc.batches[hot].clear()
         acc._ready.clear()

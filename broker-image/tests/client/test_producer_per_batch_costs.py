@@ -9,7 +9,7 @@ import threading
 from concurrent.futures import wait
 from typing import Any
 
-from strom.client.accumulator import MIN_BATCH, RecordAccumulator
+from strom.client.accumulator import MID_BATCH, MIN_BATCH, RecordAccumulator
 from strom.client.models import TopicPartition
 from strom.client.producer_batch import ProducerBatch, RecordFuture
 from strom.protocol.records import BatchBuilder, Compression
@@ -105,10 +105,10 @@ def test_wait_and_callbacks_see_a_completion_whichever_comes_first() -> None:
 
 
 def test_a_new_batch_reserves_what_batch_capacity_says_under_one_lock() -> None:
-    acc = RecordAccumulator(batch_size=256 << 10, linger_ms=5, compression=Compression.NONE,
+    acc = RecordAccumulator(batch_size=64 << 10, linger_ms=5, compression=Compression.NONE,
                             buffer_memory=1 << 20)
     sizes = [acc.reserve_batch() for _ in range(6)]
-    assert sizes == [256 << 10] + [MIN_BATCH] * 5
-    assert acc.used_memory == (256 << 10) + 5 * MIN_BATCH
+    assert sizes == [64 << 10] * 2 + [MID_BATCH] * 4
+    assert acc.used_memory == (128 << 10) + 4 * MID_BATCH
     acc.used_memory = acc.buffer_memory - MIN_BATCH + 1
     assert acc.reserve_batch() == 0  # no room: the caller blocks for memory (BufferFull)

@@ -37,8 +37,8 @@ BATCH_OVERHEAD = 61
 #: The capacity of a partition's new batch once half of buffer_memory is taken, until its
 #: batches fill up (then each next one is ``GROWTH`` times larger, up to ``batch_size``): the
 #: default 32 MiB then hold ~17,900 new batches, 10,000 partitions with a batch open each and
-#: most with one in flight (issue 21; with 8 KiB per batch only ~2,000 fitted and keyed send() over 10,000 partitions waited
-#: for memory that batches of one or two records held).
+#: most with one in flight (issue 21; with 8 KiB per batch only ~2,000 fitted and keyed send()
+#: over 10,000 partitions waited for memory that batches of one or two records held).
 MIN_BATCH = 1024
 #: A partition's new batch while half of buffer_memory stays free (and an eighth is taken):
 #: ~80 records of 100 B. A floor of MIN_BATCH there made keyed produce over 1,000 partitions

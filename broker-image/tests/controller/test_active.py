@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from strom.controller.active import ActiveController, ControllerSettings
-from strom.controller.decisions import reassignment_start
+from strom.controller.decisions import fence_changes, reassignment_start
 from strom.controller.driver import NotControllerError, QuorumDriver
 from strom.controller.messages import Message
 from strom.controller.metadata import (
     NO_LEADER,
     AlterConfigs,
+    Batch,
     ChangePartition,
     Command,
     CreateTopic,
@@ -251,6 +252,86 @@ async def test_fencing_a_broker_in_thousands_of_isrs_moves_every_partition(
     stale = [p for p in range(n) if 0 in cluster.isr("t", p)]
     assert not led and not stale, (f"{len(led)} partitions still led by broker 0, "
                                    f"{len(stale)} with it in their ISR")
+
+
+async def test_a_fencing_moves_every_leadership_in_the_tick_that_fences_pipelined() -> None:
+    """Fencing a broker that leads 4,100 partitions (and is in 12,300 ISRs) moves all of its
+    leaderships, and drops it from every ISR, in the one tick that fences it, with the Batches
+    in flight together rather than each waiting for the previous one's commit (before: 2,000
+    commands a step, two steps a tick, one Batch at a time; at 10,000 partitions its
+    leaderships took 6.9 s)."""
+    c = Cluster(MemoryRaftLog(), Clock(), cluster_id="test-cluster")
+    await c.start(ticker=False)
+    try:
+        await c.live(0, 1, 2)
+        n = 12_300
+        await c.propose(CreateTopic("t", "tid", tuple(
+            tuple((p + k) % 3 for k in range(3)) for p in range(n))))
+        led = [p for p in range(n) if c.leader("t", p) == 0]
+        assert len(led) == n // 3
+        in_flight: list[int] = []
+        outstanding: set[asyncio.Future[int]] = set()
+        submit = c.driver.submit
+
+        def counting_submit(command: bytes) -> asyncio.Future[int]:
+            future = submit(command)
+            outstanding.add(future)
+            future.add_done_callback(outstanding.discard)
+            in_flight.append(len(outstanding))
+            return future
+
+        c.driver.submit = counting_submit  # type: ignore[method-assign]
+        ticks = 0
+        while not c.image.brokers[0].fenced:
+            ticks += 1
+            assert ticks < 100, "broker 0 was never fenced"
+            c.clock.now += SESSION_MS / 10_000
+            for b in (1, 2):
+                await c.heartbeat(b)
+            await c.active.run_once()
+        still = [p for p in led if c.leader("t", p) in (0, NO_LEADER)]
+        stale = [p for p in range(n) if 0 in c.isr("t", p)]
+        assert not still and not stale, (f"after the fencing tick {len(still)} partitions are "
+                                         f"still led by broker 0, {len(stale)} have it in "
+                                         f"their ISR")
+        assert max(in_flight) > 1, f"Batches proposed one at a time: {in_flight}"
+    finally:
+        await c.stop()
+
+
+async def test_a_new_controller_finishes_a_fencing_its_predecessor_left_half_done() -> None:
+    """The previous active controller fenced broker 0 and proposed only part of its partition
+    changes before it lost leadership; the next one, knowing only the image, finishes them.
+    Broker 1 meanwhile restarted (fenced by its new registration, never by a controller): its
+    partitions stay its own."""
+    c = Cluster(MemoryRaftLog(), Clock(), cluster_id="test-cluster")
+    await c.start(ticker=False)
+    try:
+        await c.live(0, 1, 2)
+        n = 3000
+        await c.propose(CreateTopic("t", "tid", tuple(
+            tuple((p + k) % 3 for k in range(3)) for p in range(n))))
+        led0 = [p for p in range(n) if c.leader("t", p) == 0]
+        led1 = [p for p in range(n) if c.leader("t", p) == 1]
+        await c.propose(Batch(tuple(fence_changes(c.image, 0)[:301])))  # the predecessor's part
+        assert sum(c.leader("t", p) == 0 for p in led0) == len(led0) - 300
+        await c.register(1, "inc-1b")  # a restart: fenced until it catches up
+        assert c.image.brokers[1].fenced
+        c.active = ActiveController(c.driver, ControllerSettings(
+            session_timeout_ms=SESSION_MS, leader_imbalance_check_ms=REBALANCE_MS, tick_ms=5,
+            ready_wait_s=5.0, cluster_id="test-cluster"), clock=c.clock, probe=Ports())
+        for _ in range(3):
+            await c.active.run_once()
+            await c.heartbeat(2)
+        still = [p for p in led0 if c.leader("t", p) == 0]
+        stale = [p for p in range(n) if 0 in c.isr("t", p)]
+        assert not still and not stale, (f"{len(still)} partitions still led by fenced broker "
+                                         f"0, {len(stale)} with it in their ISR")
+        assert all(c.leader("t", p) == 1 for p in led1), "the restarted broker lost partitions"
+        assert all(1 in c.isr("t", p) for p in range(n))
+        assert not c.image.brokers[2].fenced
+    finally:
+        await c.stop()
 
 
 async def test_no_rebalance_when_disabled() -> None:

@@ -15,10 +15,16 @@ import uuid
 
 import pytest
 
-from strom.controller.driver import NotControllerError, QuorumDriver
-from strom.controller.messages import AppendEntriesResponse, Message, VoteResponse
+from strom.controller.driver import NotControllerError, QuorumDriver, sends_before_applies
+from strom.controller.messages import (
+    AppendEntries,
+    AppendEntriesResponse,
+    LogEntry,
+    Message,
+    VoteResponse,
+)
 from strom.controller.metadata import CreateTopic, Endpoint, RegisterBroker, encode_command
-from strom.controller.raft import RaftConfig
+from strom.controller.raft import Apply, Persist, RaftConfig, RestoreSnapshot, Send, Snapshot
 from strom.controller.raftlog import MemoryRaftLog
 from strom.controller.transport import OnReply
 from strom.protocol.errors import ErrorCode
@@ -182,3 +188,60 @@ async def test_single_driver_leads_alone() -> None:
         assert getattr(info.value, "code", None) is ErrorCode.INVALID_REQUEST
     finally:
         await net.stop()
+
+
+def test_a_follower_acknowledges_new_entries_before_applying_committed_ones() -> None:
+    """A Send moves ahead of the Apply actions just before it, never ahead of a Persist or a
+    RestoreSnapshot, and Apply keeps its place among the others."""
+    e = (LogEntry(1, 1, b"x"),)
+    persist, apply = Persist(1, None, entries=e), Apply(e)
+    ack = Send(1, AppendEntriesResponse(0, 1, True, 1, 0))
+    restore = RestoreSnapshot(Snapshot(1, 1, b""))
+    assert sends_before_applies([persist, apply, ack]) == [persist, ack, apply]
+    assert sends_before_applies([apply, persist, ack]) == [apply, persist, ack]
+    assert sends_before_applies([apply, restore, ack]) == [apply, restore, ack]
+    assert sends_before_applies([apply, apply, ack, ack]) == [ack, ack, apply, apply]
+
+
+async def test_applying_many_committed_entries_yields_to_the_event_loop() -> None:
+    """A follower told that 20 entries committed applies them in slices: a task running
+    meanwhile sees the image part-way (before: the whole Apply ran without yielding)."""
+    driver = QuorumDriver(
+        RaftConfig(0, frozenset({0, 1}), election_timeout_ms=60_000, heartbeat_interval_ms=20),
+        MemoryRaftLog(), _Silent(), tick_ms=5, apply_slice_s=0.0)
+    await driver.start()
+    seen: set[int] = set()
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set():
+            seen.add(driver.image.offset)
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        n = 20
+        entries = tuple(LogEntry(1, i, _register(i)) for i in range(1, n + 1))
+        reply = await driver.receive(AppendEntries(1, 1, 0, 0, entries, n))
+        assert isinstance(reply, AppendEntriesResponse) and reply.success
+        for _ in range(100):
+            if driver.image.offset == n:
+                break
+            await asyncio.sleep(0.01)
+        assert driver.image.offset == n
+        assert seen & set(range(1, n)), f"only offsets {sorted(seen)} were seen"
+    finally:
+        stop.set()
+        await watcher
+        await driver.stop()
+
+
+class _Silent:
+    def send(self, to: int, message: Message, on_reply: OnReply) -> None:
+        pass
+
+    def update_addresses(self, addresses: object) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass

@@ -19,7 +19,6 @@ so that electing an out-of-sync replica (unclean election) stays a deliberate ac
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 
 from strom.controller.metadata import (
     NO_LEADER,
@@ -349,8 +348,8 @@ def fence_changes(image: MetadataImage, broker_id: int) -> list[Command]:
     live leader wait, the others only lose a follower from their ISR)."""
     moves: list[Command] = []
     shrinks: list[Command] = []
+    topics = image.topics
     for change in changes_for_fenced_broker(image, broker_id):
-        p = image.partition(change.topic, change.partition)
-        target = moves if p.leader == broker_id else shrinks
-        target.append(replace(change, expected_partition_epoch=p.partition_epoch))
+        led = topics[change.topic].partitions[change.partition].leader == broker_id
+        (moves if led else shrinks).append(change)
     return [FenceBroker(broker_id), *moves, *shrinks]

@@ -250,6 +250,15 @@ _TUPLE_FIELDS = {
 
 
 def _body(command: Command) -> dict[str, Any]:
+    if type(command) is ChangePartition:
+        # The bulk command (a fencing at 10,000 partitions is 10,000 of them): its fields are
+        # flat (ints, None, tuples of ints), so a plain dict is what ``asdict`` would build,
+        # without its recursive deep copy (4x faster; the controller encodes them all).
+        return {"type": ChangePartition.TYPE, "topic": command.topic,
+                "partition": command.partition, "leader": command.leader, "isr": command.isr,
+                "replicas": command.replicas, "adding_replicas": command.adding_replicas,
+                "removing_replicas": command.removing_replicas,
+                "expected_partition_epoch": command.expected_partition_epoch}
     if isinstance(command, Batch):
         return {"type": Batch.TYPE, "commands": [_body(c) for c in command.commands]}
     body = asdict(command)
@@ -273,6 +282,16 @@ def _from_body(body: dict[str, Any], data: bytes) -> Command:
     kind = _TYPES.get(body.pop("type", None))
     if kind is None:
         raise ValueError(f"unknown metadata command {data[:80]!r}")
+    if kind is ChangePartition:  # the bulk command: its tuple fields hold ints only
+        isr, replicas = body.get("isr"), body.get("replicas")
+        adding, removing = body.get("adding_replicas"), body.get("removing_replicas")
+        return ChangePartition(
+            body["topic"], body["partition"], body.get("leader"),
+            None if isr is None else tuple(isr),
+            None if replicas is None else tuple(replicas),
+            None if adding is None else tuple(adding),
+            None if removing is None else tuple(removing),
+            body.get("expected_partition_epoch"))
     if kind is Batch:
         return Batch(tuple(_from_body(c, data) for c in body["commands"]))
     for key, value in body.items():
@@ -298,6 +317,11 @@ class BrokerRegistration:
     """The metadata offset of the registration (Kafka's broker epoch)."""
     offline_log_dirs: dict[str, str] = field(default_factory=dict)
     """Log directories of this incarnation that failed I/O, with the reason it reported."""
+    fenced_by_controller: bool = False
+    """This incarnation was fenced by a ``FenceBroker`` (session lost, or controlled shutdown
+    done), not merely registered and not yet unfenced: its leaderships and ISR memberships must
+    go, so an active controller that takes over finishes a fencing its predecessor left half
+    done (a restarted broker, fenced by its new registration, keeps its partitions)."""
 
 
 @dataclass(slots=True)
@@ -483,7 +507,8 @@ class MetadataImage:
         return b
 
     def _apply_FenceBroker(self, offset: int, c: FenceBroker) -> None:
-        self._broker(c.broker_id).fenced = True
+        b = self._broker(c.broker_id)
+        b.fenced = b.fenced_by_controller = True
         self._delta.brokers = True
 
     def _apply_UnregisterBroker(self, offset: int, c: UnregisterBroker) -> None:
@@ -515,7 +540,7 @@ class MetadataImage:
                 ErrorCode.BROKER_NOT_AVAILABLE,
                 f"broker {c.broker_id} re-registered as {b.incarnation_id}, not {c.incarnation_id}",
             )
-        b.fenced = False
+        b.fenced = b.fenced_by_controller = False
         self._delta.brokers = True
 
     def _check_assignments(self, assignments: tuple[tuple[int, ...], ...]) -> None:
@@ -686,7 +711,8 @@ class MetadataImage:
 def changes_for_fenced_broker(image: MetadataImage, broker_id: int) -> list[ChangePartition]:
     """The partition changes that go with fencing a broker: drop it from every ISR and move
     leadership to the next live ISR member in replica order. As in Kafka, the last ISR member
-    stays in the ISR (with no leader) so an unclean election remains a deliberate act."""
+    stays in the ISR (with no leader) so an unclean election remains a deliberate act.
+    Each change carries the partition epoch it was computed at."""
     out: list[ChangePartition] = []
     for name in sorted(image.topics):
         for index, p in sorted(image.topics[name].partitions.items()):
@@ -695,12 +721,14 @@ def changes_for_fenced_broker(image: MetadataImage, broker_id: int) -> list[Chan
             isr = [r for r in p.isr if r != broker_id]
             if not isr:
                 if p.leader != NO_LEADER:
-                    out.append(ChangePartition(name, index, leader=NO_LEADER))
+                    out.append(ChangePartition(name, index, leader=NO_LEADER,
+                                               expected_partition_epoch=p.partition_epoch))
                 continue  # (already leaderless: nothing to change, the broker stays in the ISR)
             leader = p.leader
             if leader in (broker_id, NO_LEADER):
                 live = [r for r in p.replicas if r in isr and not image.brokers[r].fenced
                         and r not in p.offline_replicas]
                 leader = live[0] if live else NO_LEADER
-            out.append(ChangePartition(name, index, leader=leader, isr=tuple(isr)))
+            out.append(ChangePartition(name, index, leader=leader, isr=tuple(isr),
+                                       expected_partition_epoch=p.partition_epoch))
     return out

@@ -12,7 +12,8 @@ timers, the in-memory broker sessions and the proposals):
   image everything earlier leaders committed. Then it writes the cluster id if there is none and
   gives every unfenced broker a fresh session, so a new controller does not fence everyone.
 - Heartbeats (``heartbeat``, not logged in Raft) refresh a broker's session; a fenced broker
-  whose heartbeat shows it has applied the metadata log up to its own registration is unfenced.
+  whose heartbeat shows it has applied the metadata log up to its own registration is unfenced
+  (by a proposal that outlives the heartbeat: one whose RPC deadline passes does not withdraw it).
 - An unfenced broker without a heartbeat for ``session_timeout_ms`` is fenced (time the
   controller itself did not run, when half a session or longer, does not count), with its
   leaderships moved and its ISR memberships dropped (moves first, in ``Batch`` entries proposed
@@ -152,6 +153,8 @@ class ActiveController:
         """clock() of the last tick while active (0 before the first)."""
         self._tick_lock = asyncio.Lock()
         self._stopping = False
+        self._unfencing: dict[int, asyncio.Task[None]] = {}
+        """Broker id -> its UnfenceBroker proposal in flight (outlives the heartbeat)."""
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -167,6 +170,8 @@ class ActiveController:
             await cancel_and_wait([self._task])
             self._task = None
         self._cancel_probes()
+        await cancel_and_wait(list(self._unfencing.values()))
+        self._unfencing.clear()
 
     @property
     def active(self) -> bool:
@@ -208,19 +213,29 @@ class ActiveController:
         else:
             self._shutting_down.pop(broker_id, None)
         if reg.fenced and not want_shutdown and metadata_offset >= reg.epoch:
-            with contextlib.suppress(MetadataError):  # re-registered meanwhile: still fenced
-                await self._propose(UnfenceBroker(broker_id, incarnation_id))
-                log.info(
-                    "unfencing broker %d: its heartbeat shows metadata offset %d, caught up with "
-                    "its registration at %d",
-                    broker_id,
-                    metadata_offset,
-                    reg.epoch,
-                )
+            unfencing = self._unfencing.get(broker_id)
+            if unfencing is None or unfencing.done():
+                unfencing = asyncio.create_task(
+                    self._unfence(broker_id, incarnation_id, metadata_offset, reg.epoch),
+                    name=f"unfence-broker-{broker_id}")
+                unfencing.add_done_callback(_retrieved)
+                self._unfencing[broker_id] = unfencing
+            # Shielded: a heartbeat whose RPC deadline (1 s a try) passes while the controller
+            # is slow to commit must not withdraw the proposal with it (under load at 10,000
+            # partitions each try gave up before the driver took the proposal, and a live
+            # broker fenced once stayed fenced for good). The next heartbeat awaits the same.
+            await asyncio.shield(unfencing)
         image = self._driver.image
         reg = image.brokers.get(broker_id)
         fenced = reg is None or reg.fenced
         return HeartbeatResult(fenced, want_shutdown and shutdown_ready(image, broker_id))
+
+    async def _unfence(self, broker_id: int, incarnation_id: str, metadata_offset: int,
+                       epoch: int) -> None:
+        with contextlib.suppress(MetadataError):  # re-registered meanwhile: still fenced
+            await self._propose(UnfenceBroker(broker_id, incarnation_id))
+            log.info("unfencing broker %d: its heartbeat shows metadata offset %d, caught up "
+                     "with its registration at %d", broker_id, metadata_offset, epoch)
 
     async def _wait_active(self) -> None:
         loop = asyncio.get_running_loop()
@@ -560,3 +575,11 @@ class ActiveController:
             if isinstance(command, UnfenceBroker):
                 raise
             log.debug("%s did not apply: %s", command.TYPE, exc.message)
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """Its outcome is awaited by heartbeats that may all have given up: read it here so a
+    failure (lost leadership, a timeout; the next heartbeat proposes again) is not reported
+    as never retrieved."""
+    if not task.cancelled():
+        task.exception()

@@ -205,10 +205,13 @@ def test_a_follower_acknowledges_new_entries_before_applying_committed_ones() ->
 
 async def test_applying_many_committed_entries_yields_to_the_event_loop() -> None:
     """A follower told that 20 entries committed applies them in slices: a task running
-    meanwhile sees the image part-way (before: the whole Apply ran without yielding)."""
+    meanwhile sees the image part-way, and the owner is told of each slice in log order
+    (before: the whole Apply ran without yielding, and was published once)."""
+    published: list[int] = []
     driver = QuorumDriver(
         RaftConfig(0, frozenset({0, 1}), election_timeout_ms=60_000, heartbeat_interval_ms=20),
-        MemoryRaftLog(), _Silent(), tick_ms=5, apply_slice_s=0.0)
+        MemoryRaftLog(), _Silent(), tick_ms=5, apply_slice_s=0.0,
+        on_apply=lambda image: published.append(image.offset))
     await driver.start()
     seen: set[int] = set()
     stop = asyncio.Event()
@@ -230,6 +233,7 @@ async def test_applying_many_committed_entries_yields_to_the_event_loop() -> Non
             await asyncio.sleep(0.01)
         assert driver.image.offset == n
         assert seen & set(range(1, n)), f"only offsets {sorted(seen)} were seen"
+        assert published == list(range(1, n + 1))
     finally:
         stop.set()
         await watcher

@@ -349,11 +349,15 @@ class QuorumDriver:
         """Apply committed entries in order; between two entries, once ``apply_slice_s`` has
         passed, yield to the event loop (pipelined Batches of a fencing at 10,000 partitions
         commit together: ~15 ms of applying each on an idle machine, several times that under
-        load, and heartbeats must not wait for all of them). Readers meanwhile see the image
-        as of a whole entry; nothing else drives this node while it yields."""
+        load, and heartbeats must not wait for all of them). Before yielding, what is applied
+        so far is published (``on_apply``), so the broker acts on entries in log order: a
+        fencing's leadership moves, proposed first, before its ISR shrinks. Readers meanwhile
+        see the image as of a whole entry; nothing else drives this node while it yields."""
+        out: list[Action] = []
         slice_end = time.monotonic() + self._apply_slice_s
         for n, entry in enumerate(action.entries):
             if n and time.monotonic() >= slice_end:
+                out.extend(self._published())
                 await asyncio.sleep(0)
                 slice_end = time.monotonic() + self._apply_slice_s
             error: StromError | None = None
@@ -380,8 +384,8 @@ class QuorumDriver:
         self._since_compact += len(action.entries)
         if self._since_compact >= self._compact_every and action.entries:
             self._since_compact = 0
-            return self.node.compact(action.entries[-1].index, self.image.to_snapshot())
-        return []
+            out.extend(self.node.compact(action.entries[-1].index, self.image.to_snapshot()))
+        return out
 
     def _published(self) -> list[Action]:
         """Tell the owner about the new image; keep the observer set in step with it.

@@ -19,6 +19,7 @@ from strom.controller.metadata import (
     DeleteTopic,
     Endpoint,
     FenceBroker,
+    LogDirsOffline,
     MetadataError,
     MetadataImage,
     RegisterBroker,
@@ -153,6 +154,28 @@ def test_snapshot_restores_an_equal_image() -> None:
     assert restored == image and restored.offset == 12
     assert restored.live_brokers() == {0: "r", 1: "r"}
     assert MetadataImage.from_snapshot(b"") == MetadataImage()
+
+
+def test_a_snapshot_is_the_json_of_the_whole_image_as_before_its_fast_path() -> None:
+    """Topics are encoded by hand (``asdict`` of 10,000 partitions took 320 ms, on the event
+    loop of every broker at each compaction): the bytes are what ``asdict`` gave."""
+    image, _ = _cluster(4)
+    image.apply(10, CreateTopic("t", "tid", ((0, 1), (1, 2)), (("a", "1"),)))
+    image.apply(11, ChangePartition("t", 0, replicas=(0, 1, 3), isr=(0, 1),
+                                    adding_replicas=(3,)))
+    image.apply(12, LogDirsOffline(1, "inc-1", (("/d", "EIO"),), (("t", 1),)))
+    image.apply(13, FenceBroker(2))
+    body = {
+        "offset": image.offset,
+        "brokers": [dataclasses.asdict(b) for b in image.brokers.values()],
+        "topics": [dataclasses.asdict(t) for t in image.topics.values()],
+        "broker_configs": image.broker_configs,
+        "cluster_id": image.cluster_id,
+        "next_producer_id": image.next_producer_id,
+        "producer_id_blocks": {},
+    }
+    assert image.to_snapshot() == json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert image.partition("t", 1).offline_replicas == [1]
 
 
 def test_fencing_moves_leadership_to_the_next_live_isr_member() -> None:

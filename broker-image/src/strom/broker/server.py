@@ -10,8 +10,9 @@ before the core is built, so port 0 registers the real port) starts serving, and
 turns 200. One line announces it: ``strom broker 0 ready on 127.0.0.1:9092 (kafka
 PLAINTEXT://127.0.0.1:19092, metrics :9404, controller voter, cluster <id>)``.
 
-Two periodic tasks run on the event loop (logs are owned by the loop's thread): every second a
-cheap pass for time-based segment rolls and ``flush.ms``; every
+Two periodic tasks run on the event loop (logs are owned by the loop's thread): every second
+the time-based segment rolls and ``flush.ms`` of the logs whose time has come (an idle log is
+not visited: :meth:`~strom.storage.manager.LogManager.run_due_checks`); every
 ``log.retention.check.interval.ms`` the full maintenance (retention, compaction).
 
 Every long-lived task runs under this server's :class:`~strom.supervision.Supervisor`: a task
@@ -213,17 +214,8 @@ class BrokerServer:
                                               GRPC_LISTENER).inc()
 
     def _fast_maintenance(self) -> None:
-        if self.core is None:
-            return
-        now = int(time.time() * 1000)
-        for plog in self.core.replicas.logs():
-            try:
-                plog.maybe_roll(now)
-            except OSError as exc:
-                plog.take_offline(f"{exc}")
-                self.core.logs.io_error(plog, exc)
-            except Exception:
-                log.exception("roll/flush check of %s-%d failed", plog.topic, plog.partition)
+        if self.core is not None:
+            self.core.logs.run_due_checks()
 
     async def _every(self, seconds: float, work: Callable[[], object]) -> None:
         while True:

@@ -178,6 +178,10 @@ class PartitionLog:
         """Why the log takes no more writes (its log directory failed I/O), else None."""
         self.on_io_error: Callable[[PartitionLog, OSError], None] | None = None
         """Told when a write of this log failed (the log manager takes the directory offline)."""
+        self.on_check_due: Callable[[PartitionLog], None] | None = None
+        """Told when :meth:`next_check_ms` may have moved earlier (a write to an empty active
+        segment or after a flush, a new config, a load, a truncation): the log manager then
+        schedules the next :meth:`maybe_roll` sooner (:mod:`strom.storage.due`)."""
         self.topic_id: str | None = None
         """The topic id in its ``partition.metadata``, as read at open or last written."""
 
@@ -282,6 +286,7 @@ class PartitionLog:
         if full.offline is not None and self.offline is None:
             self.offline = full.offline
         self._deferred = None
+        self._check_due()
 
     @classmethod
     def _open_now(cls, directory: Path, config: LogConfig, *, topic: str, partition: int,
@@ -627,6 +632,9 @@ class PartitionLog:
     def _write(self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader],
                now: int, *, offsets_from_headers: bool = False) -> None:
         self._touch()
+        # A time-based check comes due only when the active segment gets its first records
+        # or the first unflushed ones come: only then is the log manager told (one branch).
+        became_due = not self._unflushed_messages
         if len(headers) == 1:  # a produce over many partitions: one batch each (issue 21)
             h = headers[0]
             seg = self._segments[-1]
@@ -634,12 +642,15 @@ class PartitionLog:
                 seg = self._roll(now, h.base_offset)
             if seg.empty:
                 seg.created_ms = now
+                became_due = True
             seg.append(buf, headers, offsets_from_headers=offsets_from_headers)
             self._producers.update(h)
             self._unflushed_messages += h.records_count
             if (self._unflushed_messages >= self._config.flush_messages
                     or now - self._last_flush_ms >= self._config.flush_ms):
                 self.flush()
+            if became_due:
+                self._check_due()
             return
         i = 0
         while i < len(headers):
@@ -648,6 +659,7 @@ class PartitionLog:
                 seg = self._roll(now, headers[i].base_offset)
             if seg.empty:
                 seg.created_ms = now
+                became_due = True
             j = i + 1
             size = seg.size + headers[i].size
             while j < len(headers):
@@ -665,6 +677,8 @@ class PartitionLog:
         if (self._unflushed_messages >= self._config.flush_messages
                 or now - self._last_flush_ms >= self._config.flush_ms):
             self.flush()
+        if became_due:
+            self._check_due()
 
     def _new_segment(self, base_offset: int, now: int) -> LogSegment:
         return LogSegment.create(self.directory, base_offset,
@@ -694,6 +708,26 @@ class PartitionLog:
             self._recovery_point = max(self._recovery_point, active.next_offset)
             self._write_checkpoint()
         return seg
+
+    def next_check_ms(self) -> int | None:
+        """When :meth:`maybe_roll` next has something to do (wall-clock ms): the active
+        segment's roll by ``segment.ms``, ``flush.ms`` of unflushed records, the producer-id
+        expiry check; None while the log is offline, closed or not loaded yet (nothing to do
+        until a load, which tells ``on_check_due``). Calling ``maybe_roll`` earlier is
+        harmless; a change that makes this earlier calls ``on_check_due``."""
+        if self.offline is not None or self._deferred is not None or self._closed:
+            return None
+        due = self._last_producer_expiry + _PRODUCER_EXPIRY_CHECK_MS
+        active = self._segments[-1]
+        if not active.empty:
+            due = min(due, active.created_ms + self._max_segment_ms + 1)
+        if self._unflushed_messages:
+            due = min(due, self._last_flush_ms + self._config.flush_ms)
+        return due
+
+    def _check_due(self) -> None:
+        if self.on_check_due is not None:
+            self.on_check_due(self)
 
     def maybe_roll(self, now_ms: int | None = None) -> None:
         """Roll the active segment if segment.ms (for a compacted topic, at most
@@ -816,6 +850,7 @@ class PartitionLog:
             self._epochs.save()
         self._write_checkpoint()
         self._rebuild_producer_state()
+        self._check_due()  # an older, non-empty segment may be the active one now
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts, empty, at ``offset``."""
@@ -836,6 +871,7 @@ class PartitionLog:
         self._producers.clear(offset)
         fsync_dir(self.directory)
         self._write_checkpoint()
+        self._check_due()
 
     def advance_log_start_offset(self, offset: int) -> None:
         """DeleteRecords: hide records below ``offset``; whole segments go at next retention."""
@@ -1076,6 +1112,7 @@ class PartitionLog:
         self.config = config
         for seg in self._segments:
             seg.index_interval_bytes = config.index_interval_bytes
+        self._check_due()  # a shorter segment.ms or flush.ms
 
     def close(self, *, sync: bool = True) -> bool:
         """Flush, write checkpoints and the clean-shutdown marker, close the files.

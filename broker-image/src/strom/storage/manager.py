@@ -3,8 +3,12 @@
 The broker needs one place that knows which partition lives in which ``log.dirs`` entry, recovers
 them all at start-up (reporting progress, because a big broker takes a while), places new
 partitions on the emptiest directory, and runs the periodic housekeeping: time-based rolls,
-``flush.ms``, retention and compaction. A partition directory is ``<topic>-<partition>`` (topics may
-contain '-', so the name is split at the last one).
+``flush.ms``, retention and compaction. The per-second checks (rolls, ``flush.ms``, producer-id
+expiry) visit only the logs whose time has come (:meth:`LogManager.run_due_checks`, a
+:class:`~strom.storage.due.DueQueue`), so an idle partition costs nothing per tick; retention
+and compaction visit every log each ``log.retention.check.interval.ms`` (5 minutes), as Kafka's.
+A partition directory is ``<topic>-<partition>`` (topics may contain '-', so the name is split
+at the last one).
 
 Opening and closing thousands of logs runs on ``recovery_threads`` threads per log directory,
 as Kafka's ``num.recovery.threads.per.data.dir`` does. A clean close of a changed log writes
@@ -40,6 +44,7 @@ from typing import TypeVar
 from strom.protocol.errors import ErrorCode, StromError
 from strom.storage import fileops
 from strom.storage.config import LogConfig
+from strom.storage.due import DueQueue
 from strom.storage.log import PartitionLog, wall_clock_ms
 from strom.storage.producer_state import DEFAULT_EXPIRATION_MS
 
@@ -96,6 +101,8 @@ class LogManager:
         self.on_dir_offline: Callable[[Path, str], None] | None = None
         """Told once per directory that goes offline (the broker reports it to the controller,
         which moves the leadership of its replicas there)."""
+        self._checks: DueQueue[PartitionLog] = DueQueue()
+        """When each log's time-based check (:meth:`PartitionLog.maybe_roll`) is next due."""
 
     # ---- log directory failure (Kafka's LogDirFailureChannel) ----------------------------
 
@@ -142,6 +149,8 @@ class LogManager:
 
     def _adopt(self, plog: PartitionLog) -> PartitionLog:
         plog.on_io_error = self.io_error
+        plog.on_check_due = self._schedule_check
+        self._schedule_check(plog)
         directory = plog.directory.parent
         if directory in self.offline_dirs:
             plog.take_offline(self.offline_dirs[directory])
@@ -284,6 +293,7 @@ class LogManager:
         plog = self._logs.pop((topic, partition), None)
         self._dir_counts = None
         if plog is not None:
+            self._checks.discard(plog)
             plog.close()
 
     def delete_partition(self, topic: str, partition: int) -> None:
@@ -292,6 +302,7 @@ class LogManager:
         if plog is None:
             raise StromError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"no log for {topic}-{partition} on this broker")
+        self._checks.discard(plog)
         plog.close()
         self._deleted += 1
         doomed = plog.directory.with_name(
@@ -299,8 +310,40 @@ class LogManager:
         plog.directory.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
 
+    def _schedule_check(self, plog: PartitionLog) -> None:
+        """(Re)schedule ``plog``'s next time-based check at its due time, if it has one."""
+        due = plog.next_check_ms()
+        if due is not None:
+            self._checks.schedule(plog, due)
+
+    @property
+    def scheduled_checks(self) -> int:
+        """Logs with a time-based check scheduled."""
+        return len(self._checks)
+
+    def run_due_checks(self, now_ms: int | None = None) -> int:
+        """Time rolls, ``flush.ms`` and producer-id expiry of the logs whose check is due (call
+        every second); returns how many logs were visited. An idle log is not visited until
+        its next check (a roll after ``segment.ms``, the producer-id expiry every 10 minutes)
+        comes due, or a write makes one due sooner."""
+        now = self._clock() if now_ms is None else now_ms
+        due = self._checks.pop_due(now)
+        for plog in due:
+            if self._logs.get((plog.topic, plog.partition)) is not plog:
+                continue  # deleted or replaced meanwhile
+            try:
+                plog.maybe_roll(now)
+            except OSError as exc:
+                plog.take_offline(f"{exc}")
+                self.io_error(plog, exc)
+            except Exception:
+                log.exception("roll/flush check of %s-%d failed", plog.topic, plog.partition)
+            self._schedule_check(plog)
+        return len(due)
+
     def run_maintenance(self, now_ms: int | None = None) -> None:
-        """Time rolls, flush.ms, retention and compaction for every log; call periodically."""
+        """Time rolls, flush.ms, retention and compaction for every log; call periodically
+        (every ``log.retention.check.interval.ms``)."""
         now = self._clock() if now_ms is None else now_ms
         for key, plog in list(self._logs.items()):
             try:
@@ -313,6 +356,7 @@ class LogManager:
                 self.io_error(plog, exc)
             except Exception:
                 log.exception("maintenance of %s-%d failed", *key)
+            self._schedule_check(plog)
 
     def close(self) -> None:
         """Close every log cleanly with one ``syncfs`` per log directory and step instead of
@@ -332,6 +376,7 @@ class LogManager:
             for fd in (handles or {}).values():
                 os.close(fd)
         self._logs.clear()
+        self._checks = DueQueue()
         self._dir_counts = None
         if logs:
             log.info("closed %d partition logs in %.2fs", len(logs), time.monotonic() - started)

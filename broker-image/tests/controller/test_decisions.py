@@ -214,6 +214,30 @@ def test_preferred_election() -> None:
     assert imbalanced_partitions(log.image) == []
 
 
+def _imbalanced_by_full_scan(image: MetadataImage) -> list[tuple[str, int]]:
+    return [(name, index) for name in sorted(image.topics)
+            for index, p in sorted(image.topics[name].partitions.items())
+            if p.leader != p.replicas[0] and p.replicas[0] in p.isr
+            and not image.brokers[p.replicas[0]].fenced]
+
+
+def test_imbalanced_partitions_from_the_index_match_a_full_scan() -> None:
+    log = _with_topic(tuple(assign_replicas(60, 3, {0: None, 1: None, 2: None, 3: None})))
+    assert imbalanced_partitions(log.image) == [] == _imbalanced_by_full_scan(log.image)
+    log.batch(fence_changes(log.image, 0))
+    assert log.image.not_preferred  # broker 0's leaderships moved
+    assert imbalanced_partitions(log.image) == [] == _imbalanced_by_full_scan(log.image)
+    log.apply(UnfenceBroker(0, "inc-0"))
+    for name, index in sorted(log.image.not_preferred)[::2]:  # half of them rejoin the ISR
+        p = log.image.partition(name, index)
+        log.apply(ChangePartition(name, index, isr=(*p.isr, 0),
+                                  expected_partition_epoch=p.partition_epoch))
+    found = imbalanced_partitions(log.image)
+    assert found and found == _imbalanced_by_full_scan(log.image)
+    log.batch([preferred_election(log.image, *tp) for tp in found])
+    assert imbalanced_partitions(log.image) == [] == _imbalanced_by_full_scan(log.image)
+
+
 def test_fencing_moves_leaderships_before_it_shrinks_isrs() -> None:
     log = _with_topic(tuple((1, 0, 2) if p % 2 else (0, 1, 2) for p in range(6)))
     commands = fence_changes(log.image, 0)

@@ -285,3 +285,22 @@ def test_leaderless_and_reassigning_indexes_follow_the_image() -> None:
     image.apply(16, ChangePartition("t", 1, replicas=(0, 1, 2), adding_replicas=()))
     image.apply(17, DeleteTopic("t"))
     assert image.leaderless == set() and image.reassigning == set()
+
+
+def test_the_not_preferred_index_follows_the_image() -> None:
+    """Issue 21 item 2: the preferred-leader check visits this index, not every partition."""
+    image, _ = _cluster()
+    image.apply(10, CreateTopic("t", "tid", ((0, 1), (1, 0), (2, 0))))
+    assert image.not_preferred == set()  # every partition led by its first replica
+    image.apply(11, ChangePartition("t", 0, leader=1))
+    image.apply(12, ChangePartition("t", 2, leader=NO_LEADER, isr=(2,)))
+    assert image.not_preferred == {("t", 0), ("t", 2)}
+    again = MetadataImage.from_snapshot(image.to_snapshot())
+    assert again.not_preferred == {("t", 0), ("t", 2)}
+    image.apply(13, ChangePartition("t", 0, replicas=(1, 0)))  # 1 is the preferred one now
+    image.apply(14, ChangePartition("t", 2, leader=2))
+    assert image.not_preferred == set()
+    image.apply(15, ChangePartition("t", 1, leader=0))
+    assert image.not_preferred == {("t", 1)}
+    image.apply(16, DeleteTopic("t"))
+    assert image.not_preferred == set()

@@ -396,6 +396,9 @@ class MetadataImage:
         """Partitions with a reassignment in flight (adding or removing replicas)."""
         self.with_offline_replicas: set[TopicPartition] = set()
         """Partitions with a replica in an offline log directory."""
+        self.not_preferred: set[TopicPartition] = set()
+        """Partitions not led by their preferred (first) replica, leaderless ones included:
+        what the preferred-leader check visits (a balanced cluster costs it nothing)."""
         self._delta = MetadataDelta(full=True)
 
     def _index(self, tp: TopicPartition, p: PartitionState) -> None:
@@ -411,6 +414,10 @@ class MetadataImage:
             self.with_offline_replicas.add(tp)
         else:
             self.with_offline_replicas.discard(tp)
+        if p.replicas and p.leader != p.replicas[0]:
+            self.not_preferred.add(tp)
+        else:
+            self.not_preferred.discard(tp)
 
     def take_delta(self) -> MetadataDelta:
         """What changed since the last call (everything, the first time); starts a new delta.
@@ -586,6 +593,7 @@ class MetadataImage:
             self.leaderless.discard((c.name, index))
             self.reassigning.discard((c.name, index))
             self.with_offline_replicas.discard((c.name, index))
+            self.not_preferred.discard((c.name, index))
 
     def _apply_CreatePartitions(self, offset: int, c: CreatePartitions) -> None:
         t = self._topic(c.topic)

@@ -546,8 +546,12 @@ class ActiveController:
             _, late = await asyncio.wait(futures, timeout=self._settings.propose_timeout_s)
         except BaseException:
             for future in futures:
-                future.cancel()
+                if not future.cancel() and not future.cancelled():
+                    future.exception()
             raise
+        for future in futures:  # read every outcome: none is reported as never retrieved
+            if future.done() and not future.cancelled():
+                future.exception()
         if late:
             for future in late:
                 future.cancel()

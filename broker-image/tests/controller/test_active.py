@@ -628,7 +628,8 @@ async def test_a_step_that_times_out_reads_every_outcome() -> None:
         with pytest.raises(StromError) as info:
             await c.active._propose_all(changes)
         assert info.value.code is ErrorCode.REQUEST_TIMED_OUT
-        del info, made
+        del info
+        made.clear()
         gc.collect()
         assert not [r for r in reports if "never retrieved" in r], reports
     finally:

@@ -192,7 +192,7 @@ def run_partition_scale(params: dict[str, Any], results: list[Result]) -> None:
                                   extra={"fds_after": p.fds_restarted, "stop_s": p.stop_s,
                                          "load_avg": p.load_avg}))
     print(ps.format_points(points), file=sys.stderr)
-    png = RESULTS_DIR / "partition-scale.png"
+    png = _plot_dir[0] / "partition-scale.png"
     if ps.plot(points, png):
         _progress(f"partition scale: wrote {png}")
 
@@ -221,7 +221,7 @@ def run_partition_scale_rf3(params: dict[str, Any], results: list[Result]) -> No
                 results.append(Result(name, "partition scale rf3", metric, value, unit,
                                       higher_is_better=better, extra=extra))
     print(rf3.format_points(points), file=sys.stderr)
-    png = RESULTS_DIR / "partition-scale-rf3.png"
+    png = _plot_dir[0] / "partition-scale-rf3.png"
     if rf3.plot(points, png):
         _progress(f"partition scale rf3: wrote {png}")
 
@@ -232,7 +232,7 @@ def run_kafka_listener(params: dict[str, Any], results: list[Result]) -> None:
     from benchmarks import kafka_listener as kl
 
     rows = kl.run(params, results, _progress)
-    png = RESULTS_DIR / "kafka-listener.png"
+    png = _plot_dir[0] / "kafka-listener.png"
     if kl.plot(rows, png):
         _progress(f"kafka-listener: wrote {png}")
 
@@ -757,6 +757,11 @@ def run_peers(params: dict[str, int | float], results: list[Result]) -> None:
                                           percentile(lats, q), "ms", higher_is_better=False))
 
 
+#: Where the sections' own plots go: ``--out`` when given (a test's temp dir), else
+#: ``results/`` beside the committed ones. A list so ``main`` can set it for the sections.
+_plot_dir: list[Path] = [RESULTS_DIR]
+
+
 PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"records_100b": 20_000, "records_1k": 5_000, "latency_rate": 1000,
               "latency_seconds": 2, "big_log_bytes": 20_000_000,
@@ -825,6 +830,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"the JSON is then strom-<profile>-<sections>-*.json, so the full "
                              f"run's -latest file is left alone")
     args = parser.parse_args(argv)
+    _plot_dir[0] = args.out or RESULTS_DIR
     profile = "smoke" if args.smoke else "medium" if args.medium else "full"
     params = PROFILES[profile]
     results: list[Result] = []

@@ -18,16 +18,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _files(directory: Path) -> dict[str, tuple[int, int]]:
+    """Each file's name with its size and modification time."""
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()}
+
+
 # Apache Kafka's sections (a 1-node and a 3-node cluster) made the run longer than pytest's
 # default 300 s on a loaded 2-core machine; kafka-failover, kafka-curve8 and kafka-streams
 # (3 Kafka nodes, 3 Strom brokers, two Streams JVMs) added 4-7 min at load 20-30.
 @pytest.mark.timeout(2400)
 def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
+    committed = _files(ROOT / "benchmarks" / "results")
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=2300, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # every file of the run (JSON and the sections' plots) goes to --out, none into results/
+    assert _files(ROOT / "benchmarks" / "results") == committed
     assert "ours / peer" in proc.stdout
     [latest] = tmp_path.glob("strom-smoke-latest.json")
     doc = json.loads(latest.read_text())

@@ -10,9 +10,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from strom.broker import produce
 from strom.broker.core import BrokerCore
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import encode_batch
 from strom.protocol.v1 import broker_pb2
 
@@ -99,3 +101,74 @@ async def test_a_topic_is_looked_up_once_per_request(core: BrokerCore,
     response = await produce.handle(core, request)
     assert all(out.error_code == 0 for out in response.partitions)
     assert len(lookups) <= 2  # the record, and the log config's check of it (80 before)
+
+
+def _requests(parts: list[tuple[str, int, bytes]]) -> list[broker_pb2.ProduceRequest]:
+    """The parts as pipelined requests: one partition each (librdkafka's), one with three, one
+    acks=0, one refused whole (a negative timeout), one with an invalid topic name."""
+    def request(chosen: list[tuple[str, int, bytes]], timeout_ms: int = 0
+                ) -> broker_pb2.ProduceRequest:
+        return broker_pb2.ProduceRequest(acks=1, timeout_ms=timeout_ms, partitions=[
+            broker_pb2.PartitionProduceData(topic=t, partition=p, records=r)
+            for t, p, r in chosen])
+    out = [request([part]) for part in parts[:6]]
+    out.append(request(parts[6:9]))
+    out.append(request([parts[9]], timeout_ms=-1))
+    out.append(request([("bad name!", 0, parts[9][2])]))
+    out += [request([part]) for part in parts[9:]]
+    out[3].acks = 0
+    return out
+
+
+async def test_requests_in_one_pass_answer_as_each_served_in_turn(make_core: CoreFactory,
+                                                                  tmp_path: Path) -> None:
+    """``handle_in_turn`` (pipelined Kafka requests for different partitions) gives each
+    request what ``handle`` gives it served after the ones before: the same answers, whole
+    request errors, log contents and metrics."""
+    together = await _core(make_core, tmp_path / "together")
+    alone = await _core(make_core, tmp_path / "alone")
+    requests = _requests(_parts())
+    served = await produce.handle_in_turn(together, requests)
+    expected: list[Any] = []
+    for request in requests:
+        try:
+            expected.append([_answer(o) for o in (await produce.handle(alone, request)).partitions])
+        except StromError as err:
+            expected.append((err.code, err.message))
+    answers = [(a.code, a.message) if isinstance(a, StromError)
+               else [_answer(o) for o in a.partitions] for a in served]
+    assert answers == expected
+    assert answers[7] == (ErrorCode.INVALID_REQUEST, answers[7][1])  # the negative timeout
+    for topic, partitions in (("t", 4), ("auto", 3), ("lat", 1)):
+        for p in range(partitions):
+            a, b = together.replicas.get(topic, p), alone.replicas.get(topic, p)
+            assert a is not None and b is not None
+            assert (a.log_end_offset, a.high_watermark, a.size_bytes) == (
+                b.log_end_offset, b.high_watermark, b.size_bytes), (topic, p)
+    for name in ("strom_broker_bytes_in_total", "strom_broker_messages_in_total"):
+        for topic in ("t", "auto", "lat"):
+            assert together.metrics.registry.get_sample_value(name, {"topic": topic}) == \
+                alone.metrics.registry.get_sample_value(name, {"topic": topic}), (name, topic)
+
+
+async def test_a_topic_is_looked_up_once_for_a_pass_of_requests(core: BrokerCore,
+                                                                monkeypatch: Any) -> None:
+    await core.topics.create_topic("t", partitions=40)
+    lookups: list[str] = []
+    topic = core.metadata.topic
+
+    def counted(name: str) -> Any:
+        lookups.append(name)
+        return topic(name)
+
+    monkeypatch.setattr(core.metadata, "topic", counted)
+    requests = [broker_pb2.ProduceRequest(acks=1, partitions=[
+        broker_pb2.PartitionProduceData(topic="t", partition=p,
+                                        records=encode_batch([(b"k", b"v")]))])
+        for p in range(40)]
+    served = await produce.handle_in_turn(core, requests)
+    assert all(not isinstance(a, StromError) and a.partitions[0].error_code == 0
+               for a in served)
+    assert len(lookups) <= 2  # one request each: 80 served by handle() one at a time
+    with pytest.raises(ValueError, match="acks 0 and 1"):
+        await produce.handle_in_turn(core, [broker_pb2.ProduceRequest(acks=-1)])

@@ -145,3 +145,34 @@ def test_pipelined_produce_requests_are_counted_per_request(broker: BrokerProces
     before = produced()
     _pipeline(broker, topic, [Req(b"v%d" % i) for i in range(20)], answers=20)
     assert produced() - before == 20
+
+
+def test_pipelined_requests_for_different_partitions_get_their_own_results(
+        broker: BrokerProcess) -> None:
+    """librdkafka sends one partition per request: writing many partitions, its pipelined
+    requests rotate over them, and the core serves acks=1 ones in one pass. Each still gets
+    its own answer in order: offsets per partition, a corrupt batch, an unknown partition and
+    an idempotent gap failing only their request, acks=0 unanswered, acks=-1 and a run of one
+    partition in the middle served as before."""
+    topic = new_topic(broker, partitions=4)
+    pid = 515_151
+    reqs = [Req(b"a0", partition=0), Req(b"b0", partition=1), Req(b"c0", partition=2),
+            Req(b"bad", partition=3, corrupt=True), Req(b"a1", partition=0),
+            Req(b"x", partition=9), Req(b"d0", partition=3, producer_id=pid, sequence=0),
+            Req(b"d-gap", partition=3, producer_id=pid, sequence=5),
+            Req(b"b1", partition=1), Req(b"b2", partition=1), Req(b"b3", partition=1),
+            Req(b"c1", partition=2, acks=0), Req(b"a2", partition=0, acks=-1),
+            Req(b"c2", partition=2), Req(b"d1", partition=3, producer_id=pid, sequence=1),
+            Req(b"a3", partition=0)]
+    answers, closed = _pipeline(broker, topic, reqs, answers=len(reqs) - 1)
+    assert answers == [
+        (0, NONE, 0), (1, NONE, 0), (2, NONE, 0), (3, CORRUPT_MESSAGE, -1), (4, NONE, 1),
+        (5, UNKNOWN_TOPIC_OR_PARTITION, -1), (6, NONE, 0), (7, OUT_OF_ORDER_SEQUENCE_NUMBER, -1),
+        (8, NONE, 1), (9, NONE, 2), (10, NONE, 3), (12, NONE, 2), (13, NONE, 2), (14, NONE, 1),
+        (15, NONE, 3)]  # 11: acks=0, appended at offset 1 of partition 2, unanswered
+    assert not closed
+    got = {(m.partition(), m.offset()): m.value() for m in consume(broker, topic, 4, 13)}
+    assert got == {(0, 0): b"a0", (0, 1): b"a1", (0, 2): b"a2", (0, 3): b"a3",
+                   (1, 0): b"b0", (1, 1): b"b1", (1, 2): b"b2", (1, 3): b"b3",
+                   (2, 0): b"c0", (2, 1): b"c1", (2, 2): b"c2",
+                   (3, 0): b"d0", (3, 1): b"d1"}

@@ -74,20 +74,60 @@ async def handle(core: BrokerCore, request: ProduceRequestLike) -> broker_pb2.Pr
     return response
 
 
+async def handle_in_turn(core: BrokerCore, requests: Sequence[ProduceRequestLike]
+                         ) -> list[broker_pb2.ProduceResponse | StromError]:
+    """Serve acks 0/1 produce requests that arrived pipelined on one connection, one after the
+    other in one pass: the answers, in order, are those :func:`handle` gives each request in
+    turn (the StromError it raises for a whole request, else its response).
+
+    Nothing waits for followers at acks 0/1, so serving them in turn here is serving them in
+    turn there; each topic's record and log config are looked up once for all of them and bytes
+    and messages in counted once per topic (librdkafka sends one partition per Produce request:
+    at a thousand partitions a broker that is behind reads runs of requests for different
+    partitions). An acks=-1 request is a ValueError: it waits, and is served by
+    :func:`handle`."""
+    if any(r.acks == -1 for r in requests):
+        raise ValueError("handle_in_turn serves acks 0 and 1 only")
+    looked_up: dict[str, TopicRecord | StromError] = {}
+    checked: set[str] = set()
+    answers: list[broker_pb2.ProduceResponse | StromError] = []
+    served: list[PartitionDataLike] = []
+    results: list[AppendResult | None] = []
+    for request in requests:
+        try:
+            _check(request)
+        except StromError as err:
+            answers.append(err)
+            continue
+        response = broker_pb2.ProduceResponse()
+        results += await _produce_in_turn(core, request.partitions, request.acks,
+                                          request.timeout_ms or DEFAULT_TIMEOUT_MS, response,
+                                          looked_up, checked)
+        served += request.partitions
+        answers.append(response)
+    _count(core.metrics, served, results)
+    return answers
+
+
 async def _produce_in_turn(core: BrokerCore, partitions: Sequence[PartitionDataLike], acks: int,
-                           timeout_ms: int, response: broker_pb2.ProduceResponse
-                           ) -> list[AppendResult | None]:
+                           timeout_ms: int, response: broker_pb2.ProduceResponse,
+                           records_of: dict[str, TopicRecord | StromError] | None = None,
+                           checked: set[str] | None = None) -> list[AppendResult | None]:
     """acks 0 and 1: nothing waits for followers, so the partitions are appended one after the
     other, each to the end, in one loop without a coroutine, a task or a future per partition
     (issue 21: a request carries hundreds of one-batch partitions). Each topic's record and
     log config are looked up once per request: nothing else runs on the event loop between two
     partitions, so the metadata cannot change meanwhile, bar an auto-creation, which suspends
     and so goes through :func:`_produce_one` and forgets what was looked up. Answers, errors
-    and their order are :func:`_produce_one`'s for each partition in turn."""
+    and their order are :func:`_produce_one`'s for each partition in turn. ``records_of`` and
+    ``checked`` carry what was looked up from one request to the next (:func:`handle_in_turn`:
+    nothing runs between them either)."""
     add = response.partitions.add
     append_now = core.replicas.append_now
-    records_of: dict[str, TopicRecord | StromError] = {}
-    checked: set[str] = set()
+    if records_of is None:
+        records_of = {}
+    if checked is None:
+        checked = set()
     results: list[AppendResult | None] = []
     for data in partitions:
         topic, partition = data.topic, data.partition

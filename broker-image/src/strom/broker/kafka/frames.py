@@ -31,7 +31,7 @@ entity the general path above read; a frame it declines takes that path, checks 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -52,7 +52,6 @@ PRODUCE_KEY = 0
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every version
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
-_INT64 = struct.Struct(">q")
 
 
 class Request(NamedTuple):  # a tuple: one per request, built in a fraction of a dataclass's time
@@ -265,33 +264,49 @@ class TemplateCache(Generic[_T]):
 
 
 class ResponseTemplate:
-    """Responses of one shape that differ only in their correlation id and in one int64
-    field, encoded by kio once: each further response is a copy with those two integers
+    """Responses of one shape that differ only in their correlation id and some fixed-width
+    integer fields, encoded by kio once: each further response is a copy with those integers
     written in place.
 
-    Why: pipelined Produce requests of one producer (librdkafka at linger.ms=0 sends one per
-    record) get answers that differ only in ``base_offset``, and kio's generic writer costs
-    ~0.1 ms a response on this machine, a good part of the broker's time per request. The
-    bytes stay kio's: the template is kio's encoding of ``make(0)``, and the field's place is
-    where it differs from kio's encoding of ``make(-1)`` (8 bytes, all of them; anything else
-    raises ValueError, and the caller encodes each response with kio instead)."""
+    Why: the answers to one-partition Produce requests differ only in the partition index,
+    ``base_offset``, ``log_append_time`` and ``log_start_offset`` (librdkafka sends one
+    partition per Produce request, however many partitions it writes), and kio's generic
+    writer costs ~0.1 ms a response on this machine, a good part of the broker's time per
+    request. The bytes stay kio's: the template is kio's encoding of ``make`` with every
+    integer 0, and each integer is where kio's encoding with that one set to -1 differs (all
+    its ``width`` bytes, nothing else, no two fields on the same bytes). A field the version
+    does not carry (no difference at all) is skipped; anything else raises ValueError, and the
+    caller encodes each response with kio instead."""
 
-    __slots__ = ("_at", "_frame")
+    __slots__ = ("_fields", "_frame")
 
-    def __init__(self, make: Callable[[int], Any]) -> None:
-        zero = encode_response(0, make(0))
-        ones = encode_response(0, make(-1))
-        differ = [i for i, (a, b) in enumerate(zip(zero, ones, strict=False)) if a != b]
-        if len(zero) != len(ones) or len(differ) != 8 or differ[-1] - differ[0] != 7:
-            raise ValueError("the field is not one fixed-width int64 of the response")
+    def __init__(self, make: Callable[[list[int]], Any], widths: Sequence[int] = (8,)) -> None:
+        zeros = [0] * len(widths)
+        zero = encode_response(0, make(zeros))
+        self._fields: list[tuple[int, int, struct.Struct]] = []  # (value index, at, codec)
+        taken: set[int] = set()
+        for i, width in enumerate(widths):
+            values = list(zeros)
+            values[i] = -1
+            other = encode_response(0, make(values))
+            differ = [k for k, (a, b) in enumerate(zip(zero, other, strict=False)) if a != b]
+            if len(other) != len(zero):
+                raise ValueError(f"field {i} is not a fixed-width integer of the response")
+            if not differ:
+                continue  # not in this version
+            if len(differ) != width or differ[-1] - differ[0] != width - 1 \
+                    or width not in _SIGNED or taken.intersection(differ):
+                raise ValueError(f"field {i} is not one fixed-width integer of the response")
+            taken.update(differ)
+            self._fields.append((i, differ[0], _SIGNED[width]))
         self._frame = zero
-        self._at = differ[0]
 
-    def encode(self, correlation_id: int, value: int) -> bytes:
-        """The size-prefixed frame of ``make(value)`` answering ``correlation_id``."""
+    def encode(self, correlation_id: int, *values: int) -> bytes:
+        """The size-prefixed frame of ``make(list(values))`` answering ``correlation_id``."""
         frame = bytearray(self._frame)
         _CORRELATION.pack_into(frame, _SIZE.size, correlation_id)
-        _INT64.pack_into(frame, self._at, value)
+        for i, at, codec in self._fields:
+            codec.pack_into(frame, at, values[i])
         return bytes(frame)
 
 

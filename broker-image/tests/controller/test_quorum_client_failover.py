@@ -23,11 +23,13 @@ class _Voter(quorum_pb2_grpc.QuorumServicer):
     def __init__(self, answers: bool) -> None:
         self.answers = answers
         self.calls = 0
+        self.offsets: list[int] = []
 
     async def BrokerHeartbeat(self, request: quorum_pb2.BrokerHeartbeatRequest,
                               context: grpc.aio.ServicerContext[Any, Any]
                               ) -> quorum_pb2.BrokerHeartbeatResponse:
         self.calls += 1
+        self.offsets.append(request.metadata_offset)
         if not self.answers:
             await asyncio.sleep(60)  # stopped: the connection is there, the answer never comes
         return quorum_pb2.BrokerHeartbeatResponse(fenced=False)
@@ -82,5 +84,20 @@ async def test_prefer_goes_straight_to_the_known_leader(voters: Any) -> None:
         client.prefer(None)  # unknown: keeps what it had
         client.prefer(9)  # not a voter: ignored
         assert client.leader == 1
+    finally:
+        await client.close()
+
+
+async def test_a_broker_that_published_nothing_yet_heart_beats(voters: Any) -> None:
+    """A restarted broker's publisher reports offset -1 until its first publish; the heartbeat
+    raised ValueError ('Value out of range: -1', the field is unsigned) and the supervised task
+    restarted, so no heartbeat went out while a 10,000-partition publish ran."""
+    addresses, servicers = voters
+    client = QuorumClient(addresses, backoff_s=0.01)
+    try:
+        client.prefer(1)
+        reply = await client.heartbeat(7, "inc", 3, -1, timeout_s=2.0)
+        assert not reply.fenced
+        assert servicers[1].offsets == [0]
     finally:
         await client.close()

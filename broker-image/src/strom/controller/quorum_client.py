@@ -90,7 +90,10 @@ class QuorumClient:
             broker_id=broker_id,
             incarnation_id=incarnation_id,
             broker_epoch=broker_epoch,
-            metadata_offset=metadata_offset,
+            # -1 until the broker's publisher has published anything (a restart publishing
+            # 10,000 partitions outlasts its first heartbeats); the field is unsigned and the
+            # metadata log's first offset is 1, so 0 says "nothing applied" and unfences no one
+            metadata_offset=max(metadata_offset, 0),
             want_shutdown=want_shutdown,
         )
         reply: quorum_pb2.BrokerHeartbeatResponse = await self._leader_call(

@@ -610,33 +610,44 @@ KAFKA_FAILOVER = "kafka 3 nodes RF=3 acks=all"
 STROM_FAILOVER = "strom 3 brokers RF=3 acks=all (confluent-kafka)"
 
 
+#: The workload of each kafka_failover fault's rows.
+KAFKA_FAILOVER_WORKLOADS = {"kill": "failover kill -9",
+                            "kill-controller": "failover kill -9 (leader + controller)"}
+
+
 def run_kafka_failover(params: dict[str, Any], results: list[Result]) -> None:
     """Failover beside Apache Kafka (``benchmarks/kafka_failover.py``): kill -9 of the leader
     of an RF=3 acks=all partition on 3 Kafka nodes and on 3 Strom brokers, production defaults,
     the same confluent-kafka writer; the time until writes resume (median of runs) and the
-    acknowledged records missing afterwards."""
+    acknowledged records missing afterwards. Fault ``kill`` kills whichever node leads,
+    ``kill-controller`` a leader first moved to the active controller."""
     from benchmarks import kafka_failover as kf
 
     if not _kafka_available():
         return
     with tempfile.TemporaryDirectory(prefix="strom-bench-kafka-failover-") as tmp:
-        outcomes = kf.compare(Path(tmp), int(params["kafka_failovers"]), _progress)
+        outcomes = kf.compare(Path(tmp), int(params["kafka_failovers"]), _progress,
+                              tuple(params["kafka_failover_faults"]))
     for o in outcomes:
         system = KAFKA_FAILOVER if o.system == "kafka" else STROM_FAILOVER
+        workload = KAFKA_FAILOVER_WORKLOADS[o.fault]
         peers = [] if o.system == "kafka" else [KAFKA_FAILOVER]
         samples = [round(r.resume_s * 1000, 1) for r in o.runs]
         extra = {"samples_ms": samples, "victims": [r.victim for r in o.runs],
                  "new_leader_seen_ms": [None if r.new_leader_s is None
                                         else round(r.new_leader_s * 1000, 1) for r in o.runs],
+                 "controllers_at_kill": [r.controller for r in o.runs],
+                 "controllers_after": [r.controller_after for r in o.runs],
+                 "victim_was_controller": [r.victim_was_controller for r in o.runs],
+                 "load_avg_1m_at_kills": [round(r.load_1m, 2) for r in o.runs],
                  "load_avg_1m": os.getloadavg()[0]}
-        results.append(Result(system, "failover kill -9", "unavailability median",
+        results.append(Result(system, workload, "unavailability median",
                               statistics.median(samples), "ms", higher_is_better=False,
                               peers=peers, extra=extra))
-        results.append(Result(system, "failover kill -9", "unavailability max", max(samples),
+        results.append(Result(system, workload, "unavailability max", max(samples),
                               "ms", higher_is_better=False, peers=peers))
-        results.append(Result(system, "failover kill -9", "acknowledged records", o.acked,
-                              "records"))
-        results.append(Result(system, "failover kill -9", "acknowledged lost", o.lost,
+        results.append(Result(system, workload, "acknowledged records", o.acked, "records"))
+        results.append(Result(system, workload, "acknowledged lost", o.lost,
                               "records", higher_is_better=False))
 
 
@@ -773,6 +784,7 @@ PROFILES: dict[str, dict[str, Any]] = {
               "group_sizes": (1, 10, 50), "group_records": 20_000, "group_members": 2,
               "warmup_latency_seconds": 1, "curve_rates": (500, 2000), "curve_seconds": 1,
               "e2e_tool_records": 200, "kafka_failovers": 1,
+              "kafka_failover_faults": ("kill", "kill-controller"),
               "curve8_rates": (500, 2000), "curve_repeats": 1, "streams_lines": 1000},
     "full": {"records_100b": 1_000_000, "records_1k": 1_000_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
@@ -786,6 +798,7 @@ PROFILES: dict[str, dict[str, Any]] = {
              "group_records": 500_000, "group_members": 4, "warmup_latency_seconds": 3,
              "curve_rates": (1000, 5000, 10_000, 20_000, 40_000), "curve_seconds": 5,
              "e2e_tool_records": 5000, "kafka_failovers": 5,
+             "kafka_failover_faults": ("kill", "kill-controller"),
              "curve8_rates": (1000, 5000, 10_000, 20_000), "curve_repeats": 3,
              "streams_lines": 20_000},
 }

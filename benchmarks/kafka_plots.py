@@ -86,20 +86,24 @@ def latency_curve_8p_png(results: list[Result], path: Path) -> bool:
 
 
 def failover_png(results: list[Result], path: Path) -> bool:
-    """Unavailability after kill -9 of the leader: every run as a dot, the median as a bar."""
+    """Unavailability after kill -9 of the leader (and of a leader that is also the active
+    controller): every run as a dot, the median as a bar."""
     plt = _pyplot()
-    rows = [r for r in results if r.workload == "failover kill -9"
+    faults = {"failover kill -9": "kill -9",
+              "failover kill -9 (leader + controller)": "kill -9, leader + controller"}
+    rows = [r for r in results if r.workload in faults
             and r.metric == "unavailability median"]
     if plt is None or not rows:
         return False
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, r in enumerate(rows):
         samples = [s / 1000 for s in r.extra.get("samples_ms", [])]
-        ax.bar(i, r.value / 1000, 0.6, alpha=0.5, label=f"{r.system}: median "
-               f"{r.value / 1000:.2f} s")
+        ax.bar(i, r.value / 1000, 0.6, alpha=0.5, label=f"{r.system}, "
+               f"{faults[r.workload]}: median {r.value / 1000:.2f} s")
         ax.plot([i] * len(samples), samples, "ko", markersize=4)
     ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([r.system.split(" ")[0] for r in rows])
+    ax.set_xticklabels([f"{r.system.split(' ')[0]}\n{faults[r.workload]}" for r in rows],
+                       fontsize=7)
     ax.set_ylabel("kill -9 of the leader to the next acknowledged write, s")
     ax.set_title("Failover, 3 nodes, RF=3, acks=all, production defaults")
     ax.legend(fontsize=7)

@@ -87,10 +87,21 @@ def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
     failover = ("failover kill -9", "unavailability median")
     assert "kafka 3 nodes RF=3 acks=all" in by_key[
         ("strom 3 brokers RF=3 acks=all (confluent-kafka)", *failover)]["ratios"]
+    controller = ("failover kill -9 (leader + controller)", "unavailability median")
+    assert "kafka 3 nodes RF=3 acks=all" in by_key[
+        ("strom 3 brokers RF=3 acks=all (confluent-kafka)", *controller)]["ratios"]
     for system in ("kafka 3 nodes RF=3 acks=all",
                    "strom 3 brokers RF=3 acks=all (confluent-kafka)"):
-        assert by_key[(system, "failover kill -9", "acknowledged lost")]["value"] == 0
-        assert by_key[(system, "failover kill -9", "acknowledged records")]["value"] > 0
+        for workload in ("failover kill -9", "failover kill -9 (leader + controller)"):
+            assert by_key[(system, workload, "acknowledged lost")]["value"] == 0
+            assert by_key[(system, workload, "acknowledged records")]["value"] > 0
+        # the fault the row names: the killed leader was the active controller (as the system
+        # named it just before the kill), and another node was the controller after it
+        extra = by_key[(system, *controller)]["extra"]
+        assert extra["victim_was_controller"] == [True], extra
+        assert extra["controllers_at_kill"] == extra["victims"], extra
+        assert all(after not in (-1, victim) for after, victim in
+                   zip(extra["controllers_after"], extra["victims"], strict=True)), extra
     for rate in (500, 2000):
         assert "kafka" in by_key[("strom (confluent-kafka)", "curve-8p-1KiB",
                                   f"e2e p99 @{rate}/s")]["ratios"]

@@ -67,8 +67,9 @@ class Witness:
         return self.inner.controller()
 
     def kill(self, node: int) -> None:
-        cluster = self.inner.cluster
-        self.seen.append((node, cluster.leader_of(kf.TOPIC, 0), cluster.controller_id()))
+        cluster = self.inner.cluster  # the leader as the node itself knows it (no lag)
+        self.seen.append((node, cluster.leader_of(kf.TOPIC, 0, via=node),
+                          cluster.controller_id()))
         self.inner.kill(node)
 
     def restart(self, node: int) -> None:
@@ -86,7 +87,8 @@ def test_kill_controller_kills_a_leader_that_is_the_active_controller(tmp_path: 
         controller = cluster.controller_id()
         elsewhere = next(b for b in sorted(cluster.brokers) if b != controller)
         kf.lead_from(target, elsewhere)
-        assert cluster.leader_of(kf.TOPIC, 0) == elsewhere
+        cluster.wait_until(lambda: cluster.leader_of(kf.TOPIC, 0, via=elsewhere) == elsewhere,
+                           timeout=30, what=f"broker {elsewhere} to lead {kf.TOPIC}-0")
         assert cluster.controller_id() != elsewhere
         runs, acked, lost = kf.measure(target, 1, lambda _: None, "kill-controller")
     [run] = runs

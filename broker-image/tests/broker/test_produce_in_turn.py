@@ -71,16 +71,7 @@ async def test_one_request_answers_as_each_partition_alone(make_core: CoreFactor
         "NONE", "NONE", "NONE", "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_TOPIC_EXCEPTION",
         "CORRUPT_MESSAGE", "CORRUPT_MESSAGE", "NONE", "NONE", "NONE", "INVALID_RECORD",
         "MESSAGE_TOO_LARGE", "UNKNOWN_TOPIC_OR_PARTITION", "NONE", "NONE"]
-    for topic, partitions in (("t", 4), ("auto", 3), ("lat", 1)):
-        for p in range(partitions):
-            a, b = together.replicas.get(topic, p), alone.replicas.get(topic, p)
-            assert a is not None and b is not None
-            assert (a.log_end_offset, a.high_watermark, a.size_bytes) == (
-                b.log_end_offset, b.high_watermark, b.size_bytes), (topic, p)
-    for name in ("strom_broker_bytes_in_total", "strom_broker_messages_in_total"):
-        for topic in ("t", "auto", "lat"):
-            assert together.metrics.registry.get_sample_value(name, {"topic": topic}) == \
-                alone.metrics.registry.get_sample_value(name, {"topic": topic}), (name, topic)
+    _assert_same_logs_and_counts(together, alone)
 
 
 async def test_a_topic_is_looked_up_once_per_request(core: BrokerCore,
@@ -139,16 +130,7 @@ async def test_requests_in_one_pass_answer_as_each_served_in_turn(make_core: Cor
                else [_answer(o) for o in a.partitions] for a in served]
     assert answers == expected
     assert answers[7] == (ErrorCode.INVALID_REQUEST, answers[7][1])  # the negative timeout
-    for topic, partitions in (("t", 4), ("auto", 3), ("lat", 1)):
-        for p in range(partitions):
-            a, b = together.replicas.get(topic, p), alone.replicas.get(topic, p)
-            assert a is not None and b is not None
-            assert (a.log_end_offset, a.high_watermark, a.size_bytes) == (
-                b.log_end_offset, b.high_watermark, b.size_bytes), (topic, p)
-    for name in ("strom_broker_bytes_in_total", "strom_broker_messages_in_total"):
-        for topic in ("t", "auto", "lat"):
-            assert together.metrics.registry.get_sample_value(name, {"topic": topic}) == \
-                alone.metrics.registry.get_sample_value(name, {"topic": topic}), (name, topic)
+    _assert_same_logs_and_counts(together, alone)
 
 
 async def test_a_topic_is_looked_up_once_for_a_pass_of_requests(core: BrokerCore,
@@ -172,3 +154,18 @@ async def test_a_topic_is_looked_up_once_for_a_pass_of_requests(core: BrokerCore
     assert len(lookups) <= 2  # one request each: 80 served by handle() one at a time
     with pytest.raises(ValueError, match="acks 0 and 1"):
         await produce.handle_in_turn(core, [broker_pb2.ProduceRequest(acks=-1)])
+
+
+def _assert_same_logs_and_counts(together: BrokerCore, alone: BrokerCore) -> None:
+    """Both brokers hold the same logs (end offset, high watermark, size per partition) and
+    counted the same bytes and messages in per topic."""
+    for topic, partitions in (("t", 4), ("auto", 3), ("lat", 1)):
+        for p in range(partitions):
+            a, b = together.replicas.get(topic, p), alone.replicas.get(topic, p)
+            assert a is not None and b is not None
+            assert (a.log_end_offset, a.high_watermark, a.size_bytes) == (
+                b.log_end_offset, b.high_watermark, b.size_bytes), (topic, p)
+    for name in ("strom_broker_bytes_in_total", "strom_broker_messages_in_total"):
+        for topic in ("t", "auto", "lat"):
+            assert together.metrics.registry.get_sample_value(name, {"topic": topic}) == \
+                alone.metrics.registry.get_sample_value(name, {"topic": topic}), (name, topic)

@@ -58,8 +58,11 @@ async def handle(ctx: Context) -> Any:
                          error_code=code(int(ErrorCode.UNKNOWN_TOPIC_ID)), name=None,
                          topic_id=topic_id, is_internal=False, partitions=())
                for topic_id in unknown_ids]
+    controller = client_controller_id(answer.controller_id,
+                                      [b.broker_id for b in answer.brokers],
+                                      core.config.broker_id)
     return ctx.build("MetadataResponse", throttle_time=NO_THROTTLE, brokers=brokers,
-                     cluster_id=answer.cluster_id or None, controller_id=answer.controller_id,
+                     cluster_id=answer.cluster_id or None, controller_id=controller,
                      topics=tuple(topics), error_code=code(0))
 
 
@@ -80,3 +83,18 @@ def _partitions(ctx: Context, t: broker_pb2.TopicMetadata) -> tuple[Any, ...]:
                       isr_nodes=tuple(p.isr), offline_replicas=tuple(p.offline_replicas))
             for p in t.partitions)
     return built
+
+
+def client_controller_id(active: int, listed: list[int], this_broker: int) -> int:
+    """The ``controller_id`` a Kafka client is told: a broker of the answer's list, since
+    admin clients (librdkafka, the Java AdminClient) send CreateTopics and the like to it and
+    wait for it to appear in the list ("Failed while waiting for controller"). The active
+    controller when it is a listed broker; else this broker, which hands admin requests to the
+    quorum; else any listed broker (-1 when none is). Kafka's KRaft brokers answer with a
+    live broker too: the quorum itself is not reachable through Metadata. Strom's active
+    controller can be unlisted while it is a fenced broker or a dedicated controller process."""
+    if active in listed:
+        return active
+    if this_broker in listed:
+        return this_broker
+    return min(listed) if listed else -1

@@ -77,14 +77,7 @@ async def test_one_request_answers_as_each_partition_alone(make_core: CoreFactor
 async def test_a_topic_is_looked_up_once_per_request(core: BrokerCore,
                                                      monkeypatch: Any) -> None:
     await core.topics.create_topic("t", partitions=40)
-    lookups: list[str] = []
-    topic = core.metadata.topic
-
-    def counted(name: str) -> Any:
-        lookups.append(name)
-        return topic(name)
-
-    monkeypatch.setattr(core.metadata, "topic", counted)
+    lookups = _counted_lookups(core, monkeypatch)
     request = broker_pb2.ProduceRequest(acks=1, partitions=[
         broker_pb2.PartitionProduceData(topic="t", partition=p,
                                         records=encode_batch([(b"k", b"v")]))
@@ -136,14 +129,7 @@ async def test_requests_in_one_pass_answer_as_each_served_in_turn(make_core: Cor
 async def test_a_topic_is_looked_up_once_for_a_pass_of_requests(core: BrokerCore,
                                                                 monkeypatch: Any) -> None:
     await core.topics.create_topic("t", partitions=40)
-    lookups: list[str] = []
-    topic = core.metadata.topic
-
-    def counted(name: str) -> Any:
-        lookups.append(name)
-        return topic(name)
-
-    monkeypatch.setattr(core.metadata, "topic", counted)
+    lookups = _counted_lookups(core, monkeypatch)
     requests = [broker_pb2.ProduceRequest(acks=1, partitions=[
         broker_pb2.PartitionProduceData(topic="t", partition=p,
                                         records=encode_batch([(b"k", b"v")]))])
@@ -169,3 +155,16 @@ def _assert_same_logs_and_counts(together: BrokerCore, alone: BrokerCore) -> Non
         for topic in ("t", "auto", "lat"):
             assert together.metrics.registry.get_sample_value(name, {"topic": topic}) == \
                 alone.metrics.registry.get_sample_value(name, {"topic": topic}), (name, topic)
+
+
+def _counted_lookups(core: BrokerCore, monkeypatch: Any) -> list[str]:
+    """The names ``core.metadata.topic`` is asked for from now on, in order."""
+    lookups: list[str] = []
+    topic = core.metadata.topic
+
+    def counted(name: str) -> Any:
+        lookups.append(name)
+        return topic(name)
+
+    monkeypatch.setattr(core.metadata, "topic", counted)
+    return lookups

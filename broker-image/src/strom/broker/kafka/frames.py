@@ -283,22 +283,8 @@ class ResponseTemplate:
     def __init__(self, make: Callable[[list[int]], Any], widths: Sequence[int] = (8,)) -> None:
         zeros = [0] * len(widths)
         zero = encode_response(0, make(zeros))
-        self._fields: list[tuple[int, int, struct.Struct]] = []  # (value index, at, codec)
-        taken: set[int] = set()
-        for i, width in enumerate(widths):
-            values = list(zeros)
-            values[i] = -1
-            other = encode_response(0, make(values))
-            differ = [k for k, (a, b) in enumerate(zip(zero, other, strict=False)) if a != b]
-            if len(other) != len(zero):
-                raise ValueError(f"field {i} is not a fixed-width integer of the response")
-            if not differ:
-                continue  # not in this version
-            if len(differ) != width or differ[-1] - differ[0] != width - 1 \
-                    or width not in _SIGNED or taken.intersection(differ):
-                raise ValueError(f"field {i} is not one fixed-width integer of the response")
-            taken.update(differ)
-            self._fields.append((i, differ[0], _SIGNED[width]))
+        self._fields = _integer_fields(lambda values: encode_response(0, make(values)), zero,
+                                       widths, len(zero))
         self._frame = zero
 
     def encode(self, correlation_id: int, *values: int) -> bytes:
@@ -342,20 +328,8 @@ class RecordsTemplate:
             self._compact, prefix = False, 4
         else:
             raise ValueError("the record set has no length prefix kio writes")
-        self._fields: list[tuple[int, int, struct.Struct]] = []  # (value index, at, codec)
-        for i, width in enumerate(widths):
-            values = list(zeros)
-            values[i] = -1
-            other = encode_response(0, make(values, mark))
-            differ = [k for k, (a, b) in enumerate(zip(base, other, strict=False)) if a != b]
-            if len(other) != len(base):
-                raise ValueError(f"field {i} is not fixed-width")
-            if not differ:
-                continue  # not in this version
-            if len(differ) != width or differ[-1] - differ[0] != width - 1 \
-                    or differ[-1] >= at - prefix or width not in _SIGNED:
-                raise ValueError(f"field {i} is not one fixed-width integer before the records")
-            self._fields.append((i, differ[0], _SIGNED[width]))
+        self._fields = _integer_fields(lambda values: encode_response(0, make(values, mark)),
+                                       base, widths, at - prefix)
         self._head = base[:at - prefix]
         self._tail = base[at + len(mark):]
 
@@ -397,3 +371,29 @@ def api_versions_fallback(fallback: ApiVersionsFallback,
 def read_size(prefix: bytes) -> int:
     """The signed 32-bit length of a frame's size prefix."""
     return int(_SIZE.unpack(prefix)[0])
+
+
+def _integer_fields(encode: Callable[[list[int]], bytes], zero: bytes, widths: Sequence[int],
+                    limit: int) -> list[tuple[int, int, struct.Struct]]:
+    """Where each integer of a response lies in ``zero`` (the encoding with every integer 0),
+    as (value index, offset, codec): the bytes in which ``encode`` with that one integer set
+    to -1 differs — all its ``width`` bytes, nothing else, before ``limit``, no two fields on
+    the same bytes. A field the version does not carry (no difference) is left out; anything
+    else raises ValueError (the caller then encodes with kio)."""
+    fields: list[tuple[int, int, struct.Struct]] = []
+    taken: set[int] = set()
+    for i, width in enumerate(widths):
+        values = [0] * len(widths)
+        values[i] = -1
+        other = encode(values)
+        if len(other) != len(zero):
+            raise ValueError(f"field {i} is not a fixed-width integer of the response")
+        differ = [k for k, (a, b) in enumerate(zip(zero, other, strict=False)) if a != b]
+        if not differ:
+            continue  # not in this version
+        if len(differ) != width or differ[-1] - differ[0] != width - 1 \
+                or differ[-1] >= limit or width not in _SIGNED or taken.intersection(differ):
+            raise ValueError(f"field {i} is not one fixed-width integer of the response")
+        taken.update(differ)
+        fields.append((i, differ[0], _SIGNED[width]))
+    return fields

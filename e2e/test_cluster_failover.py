@@ -35,12 +35,13 @@ from strom.broker.config import KEYS
 from strom.client import Consumer, Producer, RecordMetadata, TopicPartition
 from strom.protocol.batch import iter_headers
 from strom.protocol.records import encode_batch
-from strom.protocol.v1 import broker_pb2, broker_pb2_grpc
+from strom.protocol.v1 import broker_pb2
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
 from strom.testing import Cluster, netns, running_cluster
 from strom.testing.cluster import CLUSTER_TEST_DEFAULTS
 from strom.testing.tools import missing
+from strom.transport.v1 import broker_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

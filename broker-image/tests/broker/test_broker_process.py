@@ -21,12 +21,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches, encode_batch
-from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from strom.protocol.v1 import admin_pb2, broker_pb2
 from strom.storage.checkpoint import CLEAN_SHUTDOWN
 from strom.testing import BrokerProcess, BrokerStartError, free_port, running_broker
 from strom.testing.grpc_reads import fetch_all
 from strom.testing.waits import wait_until
 from strom.transport.status import from_rpc_error
+from strom.transport.v1 import admin_pb2_grpc, broker_pb2_grpc
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,10 @@ from confluent_kafka import Producer as KafkaProducer
 
 from strom.broker.metrics import EXPORTED
 from strom.client import Admin, Consumer, Producer
-from strom.protocol.v1 import broker_pb2, broker_pb2_grpc
+from strom.protocol.v1 import broker_pb2
 from strom.testing import BrokerProcess, running_broker
 from strom.testing.tools import require_tool
+from strom.transport.v1 import broker_pb2_grpc
 
 pytestmark = pytest.mark.integration
 

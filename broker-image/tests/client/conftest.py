@@ -25,16 +25,9 @@ from strom.groups import membership as gm
 from strom.protocol.batch import parse_header, patch_offsets, validate_batches
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import decode_batches
-from strom.protocol.v1 import (
-    admin_pb2,
-    admin_pb2_grpc,
-    broker_pb2,
-    broker_pb2_grpc,
-    common_pb2,
-    group_pb2,
-    group_pb2_grpc,
-)
+from strom.protocol.v1 import admin_pb2, broker_pb2, common_pb2, group_pb2
 from strom.transport.status import to_grpc_status
+from strom.transport.v1 import admin_pb2_grpc, broker_pb2_grpc, group_pb2_grpc
 
 
 @dataclass

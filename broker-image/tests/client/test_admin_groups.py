@@ -26,13 +26,8 @@ from strom.client.models import (
     GroupPartitionLag,
     OffsetReset,
 )
-from strom.protocol.v1 import (
-    admin_pb2_grpc,
-    broker_pb2_grpc,
-    common_pb2,
-    group_pb2,
-    group_pb2_grpc,
-)
+from strom.protocol.v1 import common_pb2, group_pb2
+from strom.transport.v1 import admin_pb2_grpc, broker_pb2_grpc, group_pb2_grpc
 
 from .conftest import FakeCluster, _FakeAdmin, _FakeBroker
 

@@ -16,14 +16,9 @@ import pytest
 
 from strom.client import Admin, ErrorCode, StromError
 from strom.client.models import PartitionReassignment
-from strom.protocol.v1 import (
-    admin_pb2,
-    admin_pb2_grpc,
-    broker_pb2,
-    broker_pb2_grpc,
-    common_pb2,
-)
+from strom.protocol.v1 import admin_pb2, broker_pb2, common_pb2
 from strom.transport.status import to_grpc_status
+from strom.transport.v1 import admin_pb2_grpc, broker_pb2_grpc
 
 
 @dataclass

@@ -15,8 +15,9 @@ import grpc
 import pytest
 
 from strom.controller.quorum_client import QuorumClient
-from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
+from strom.protocol.v1 import quorum_pb2
 from strom.testing import free_port
+from strom.transport.v1 import quorum_pb2_grpc
 
 
 class _Voter(quorum_pb2_grpc.QuorumServicer):

@@ -38,7 +38,8 @@ from strom.controller.metadata import (
 )
 from strom.controller.quorum_client import QuorumClient
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
+from strom.protocol.v1 import quorum_pb2
+from strom.transport.v1 import quorum_pb2_grpc
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,10 @@ import pytest
 
 from strom.broker.service import group_methods
 from strom.protocol.errors import ErrorCode
-from strom.protocol.v1 import group_pb2, group_pb2_grpc
+from strom.protocol.v1 import group_pb2
 from strom.testing import free_port
 from strom.transport.services import add_service
+from strom.transport.v1 import group_pb2_grpc
 
 
 @pytest.fixture

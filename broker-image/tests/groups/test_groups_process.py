@@ -17,9 +17,10 @@ import pytest
 
 from strom.groups.offsets import OFFSETS_TOPIC
 from strom.protocol.errors import ErrorCode
-from strom.protocol.v1 import common_pb2, group_pb2, group_pb2_grpc
+from strom.protocol.v1 import common_pb2, group_pb2
 from strom.testing import running_cluster
 from strom.testing.cluster import Cluster
+from strom.transport.v1 import group_pb2_grpc
 
 pytestmark = pytest.mark.integration
 

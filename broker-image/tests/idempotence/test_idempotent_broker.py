@@ -18,8 +18,9 @@ from strom.client import Admin, Consumer, Producer, TopicPartition
 from strom.protocol.batch import iter_headers
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import BatchBuilder, decode_batches
-from strom.protocol.v1 import broker_pb2, broker_pb2_grpc
+from strom.protocol.v1 import broker_pb2
 from strom.testing import BrokerProcess, running_broker
+from strom.transport.v1 import broker_pb2_grpc
 
 pytestmark = pytest.mark.integration
 

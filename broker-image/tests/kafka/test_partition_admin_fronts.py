@@ -9,8 +9,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from strom.protocol.errors import ErrorCode
-from strom.protocol.v1 import broker_pb2, broker_pb2_grpc, common_pb2, group_pb2, group_pb2_grpc
+from strom.protocol.v1 import broker_pb2, common_pb2, group_pb2
 from strom.testing import BrokerProcess
+from strom.transport.v1 import broker_pb2_grpc, group_pb2_grpc
 
 from .conftest import new_topic
 

@@ -38,8 +38,9 @@ async def test_codes_are_read_from_sync_and_aio_errors() -> None:
     """grpc.aio shapes trailers differently from the sync API; both must yield the Kafka code."""
     import asyncio
 
-    from strom.protocol.v1 import broker_pb2, broker_pb2_grpc
+    from strom.protocol.v1 import broker_pb2
     from strom.transport.status import from_rpc_error
+    from strom.transport.v1 import broker_pb2_grpc
 
     class Failing(broker_pb2_grpc.BrokerServicer):
         async def Metadata(self, request: object, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]

@@ -36,17 +36,11 @@ from hypothesis import strategies as st
 
 from strom.protocol.batch import iter_headers
 from strom.protocol.records import encode_batch
-from strom.protocol.v1 import (
-    admin_pb2,
-    admin_pb2_grpc,
-    broker_pb2,
-    broker_pb2_grpc,
-    group_pb2,
-    replica_pb2,
-)
+from strom.protocol.v1 import admin_pb2, broker_pb2, group_pb2, replica_pb2
 from strom.testing import BrokerProcess
 from strom.testing.grpc_reads import fetch_all
 from strom.transport.status import from_rpc_error
+from strom.transport.v1 import admin_pb2_grpc, broker_pb2_grpc
 
 from .grpc_methods import METHODS
 

@@ -16,9 +16,10 @@ import pytest
 
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import encode_batch
-from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from strom.protocol.v1 import admin_pb2, broker_pb2
 from strom.testing import BrokerProcess
 from strom.testing.grpc_reads import fetch_all
+from strom.transport.v1 import admin_pb2_grpc, broker_pb2_grpc
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,9 @@ import pytest
 
 from strom.broker import admin
 from strom.protocol.errors import ErrorCode
-from strom.protocol.v1 import admin_pb2, admin_pb2_grpc
+from strom.protocol.v1 import admin_pb2
 from strom.testing import running_broker
+from strom.transport.v1 import admin_pb2_grpc
 
 from ..broker.conftest import CoreFactory
 

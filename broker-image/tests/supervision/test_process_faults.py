@@ -12,9 +12,10 @@ import pytest
 
 from strom import supervision
 from strom.protocol.errors import ErrorCode
-from strom.protocol.v1 import admin_pb2, admin_pb2_grpc, quorum_pb2, quorum_pb2_grpc
+from strom.protocol.v1 import admin_pb2, quorum_pb2
 from strom.testing import BrokerProcess, running_broker
 from strom.transport.status import from_rpc_error
+from strom.transport.v1 import admin_pb2_grpc, quorum_pb2_grpc
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,9 @@ import pytest
 from strom.client import Admin, Consumer, TopicPartition
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import Compression, decode_batches, encode_batch
-from strom.protocol.v1 import broker_pb2, broker_pb2_grpc
+from strom.protocol.v1 import broker_pb2
 from strom.testing import BrokerProcess, running_broker
+from strom.transport.v1 import broker_pb2_grpc
 
 from .poison import POISON
 

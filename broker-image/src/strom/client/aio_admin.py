@@ -55,7 +55,8 @@ from strom.client.offsets import (
     parse_offset_spec,
 )
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
-from strom.protocol.v1 import admin_pb2, broker_pb2, common_pb2, group_pb2, group_pb2_grpc
+from strom.protocol.v1 import admin_pb2, broker_pb2, common_pb2, group_pb2
+from strom.transport.v1 import group_pb2_grpc
 
 #: ``elect_leaders(election=...)`` values and their wire numbers (Kafka's ElectionType).
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}

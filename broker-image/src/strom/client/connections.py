@@ -20,8 +20,9 @@ import grpc.aio
 from strom.client.bootstrap import BootstrapTracker
 from strom.client.metadata import ClusterMetadata
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from strom.protocol.v1 import broker_pb2
 from strom.transport.status import from_rpc_error
+from strom.transport.v1 import admin_pb2_grpc, broker_pb2_grpc
 
 log = logging.getLogger(__name__)
 

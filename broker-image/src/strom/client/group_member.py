@@ -64,7 +64,8 @@ from strom.client.group_state import (
 from strom.client.models import TopicPartition
 from strom.client.positions import NoOffsetForPartitionError
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
-from strom.protocol.v1 import broker_pb2, group_pb2, group_pb2_grpc
+from strom.protocol.v1 import broker_pb2, group_pb2
+from strom.transport.v1 import group_pb2_grpc
 
 log = logging.getLogger("strom.client.group")
 

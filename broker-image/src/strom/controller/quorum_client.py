@@ -21,7 +21,8 @@ import grpc
 from strom.controller.metadata import MetadataImage
 from strom.controller.transport import CHANNEL_OPTIONS
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
-from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
+from strom.protocol.v1 import quorum_pb2
+from strom.transport.v1 import quorum_pb2_grpc
 
 __all__ = ["QuorumClient"]
 

@@ -40,12 +40,13 @@ from strom.controller.raftlog import DiskRaftLog
 from strom.controller.transport import MAX_MESSAGE_BYTES, GrpcTransport
 from strom.controller.voters import parse_voters
 from strom.protocol.errors import ErrorCode, StromError
-from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
+from strom.protocol.v1 import quorum_pb2
 from strom.ratelimit import RateLimitedLog
 from strom.request_guard import RequestGuard
 from strom.shutdown import stop_on_signals
 from strom.supervision import Supervisor
 from strom.transport.status import error_info, to_grpc_status
+from strom.transport.v1 import quorum_pb2_grpc
 
 __all__ = ["ControllerConfig", "QuorumService", "parse_voters", "serve"]
 

@@ -29,7 +29,8 @@ from strom.controller.messages import (
     Message,
     VoteRequest,
 )
-from strom.protocol.v1 import quorum_pb2, quorum_pb2_grpc
+from strom.protocol.v1 import quorum_pb2
+from strom.transport.v1 import quorum_pb2_grpc
 
 __all__ = ["CHANNEL_OPTIONS", "GrpcTransport", "Transport"]
 

@@ -241,7 +241,8 @@ class Cluster:
         """A Metadata answer from broker ``via``, else from the first live broker that answers."""
         import grpc
 
-        from strom.protocol.v1 import broker_pb2, broker_pb2_grpc
+        from strom.protocol.v1 import broker_pb2
+        from strom.transport.v1 import broker_pb2_grpc
 
         request = broker_pb2.MetadataRequest(topics=list(topics))
         candidates = [via] if via is not None else self.live_ids()

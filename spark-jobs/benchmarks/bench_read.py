@@ -17,9 +17,7 @@ import contextlib
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,38 +28,15 @@ from typing import Any
 RESULTS = Path(__file__).parent / "results"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def broker_process(data_dir: Path) -> Iterator[str]:
-    port = _free_port()
-    with open(data_dir / "broker.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "strom.broker", "--set", f"port={port}", "--set",
-             "metrics.port=0", "--set", "listeners=PLAINTEXT://127.0.0.1:0", "--set",
-             f"log.dirs={data_dir / 'data'}"],
-            stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                        break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("broker did not start") from None
-                    time.sleep(0.1)
-            yield f"127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    """A local broker for the run, started and stopped by :func:`strom.testing.running_broker`
+    (the one launcher of local broker processes: readiness under a deadline, the log's tail on
+    failure, stopped by PID)."""
+    from strom.testing import running_broker
+
+    with running_broker(data_dir) as broker:
+        yield broker.bootstrap
 
 
 def fill_topic(bootstrap: str, topic: str, records: int, value_size: int) -> float:

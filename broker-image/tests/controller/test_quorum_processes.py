@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -39,6 +36,8 @@ from strom.controller.metadata import (
 from strom.controller.quorum_client import QuorumClient
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import quorum_pb2
+from strom.testing.controller import controller_process
+from strom.testing.process import ManagedProcess, free_ports
 from strom.transport.v1 import quorum_pb2_grpc
 
 pytestmark = pytest.mark.integration
@@ -47,25 +46,13 @@ ELECTION_MS = 500
 HEARTBEAT_MS = 50
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 @dataclass
 class Node:
     node_id: int
     address: str
     data_dir: Path
     log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
+    proc: ManagedProcess | None = None
     channel: grpc.Channel | None = None
     stub: Any = None
 
@@ -83,30 +70,13 @@ class Quorum:
 
     def start(self, node_id: int) -> None:
         n = self.nodes[node_id]
-        log = open(n.log_path, "ab")  # noqa: SIM115 - handed to the child
-        n.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "strom.controller",
-                "--node-id",
-                str(node_id),
-                "--voters",
-                self.voters_arg,
-                "--data-dir",
-                str(n.data_dir),
-                "--election-timeout-ms",
-                str(ELECTION_MS),
-                "--heartbeat-interval-ms",
-                str(HEARTBEAT_MS),
-                "--compact-every",
-                str(self.compact_every),
-                *self.extra_args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
+        if n.proc is None:
+            n.proc = controller_process(
+                node_id, self.voters_arg, n.data_dir, n.log_path,
+                "--election-timeout-ms", str(ELECTION_MS),
+                "--heartbeat-interval-ms", str(HEARTBEAT_MS),
+                "--compact-every", str(self.compact_every), *self.extra_args)
+        n.proc.start()
         if n.channel is None:
             n.channel = grpc.insecure_channel(
                 n.address,
@@ -122,22 +92,17 @@ class Quorum:
         p = self.nodes[node_id].proc
         assert p is not None
         p.kill()
-        p.wait(10)
 
     def signal(self, node_id: int, sig: signal.Signals) -> None:
         p = self.nodes[node_id].proc
         assert p is not None
-        os.kill(p.pid, sig)
+        p.send_signal(sig)
 
     def close(self) -> None:
         for n in self.nodes.values():
-            if n.proc is not None and n.proc.poll() is None:
-                try:
-                    os.kill(n.proc.pid, signal.SIGCONT)
-                    n.proc.kill()
-                    n.proc.wait(10)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    pass
+            if n.proc is not None:
+                n.proc.send_signal(signal.SIGCONT)  # a paused node still dies on SIGKILL
+                n.proc.kill()
             if n.channel is not None:
                 n.channel.close()
 
@@ -250,7 +215,7 @@ def quorum(tmp_path: Path) -> Iterator[Callable[..., Quorum]]:
     def make(voters: int, compact_every: int = 1000, extra_args: tuple[str, ...] = ()) -> Quorum:
         q = Quorum(tmp_path / f"q{len(made)}", compact_every, extra_args=extra_args)
         made.append(q)
-        for i, port in enumerate(_free_ports(voters)):
+        for i, port in enumerate(free_ports(voters)):
             q.nodes[i] = Node(i, f"127.0.0.1:{port}", q.root / f"node{i}", q.root / f"node{i}.log")
         q.root.mkdir(parents=True)
         for i in q.nodes:
@@ -306,7 +271,7 @@ def test_single_voter_elects_itself_commits_and_restarts(quorum: Callable[..., Q
     q.signal(0, signal.SIGTERM)
     proc = q.nodes[0].proc
     assert proc is not None
-    assert proc.wait(10) == 0
+    assert proc.wait_stopped(10) and proc.returncode == 0
     q.start(0)
     q.wait_for_leader([0], min_term=term + 1)
     after = q.wait_same_image([0], {"solo"})

@@ -9,8 +9,6 @@ it and elects the other replica.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ import pytest
 
 from strom.client import Admin, Consumer, Producer, TopicPartition
 from strom.testing import BrokerProcess, free_port
+from strom.testing.controller import controller_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,25 +26,15 @@ CONTROLLER_ID = 100
 
 @pytest.fixture()
 def controller(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    voters = f"{CONTROLLER_ID}@127.0.0.1:{port}"
-    log = (tmp_path / "controller.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "strom.controller", "--node-id", str(CONTROLLER_ID),
-         "--voters", voters, "--data-dir", str(tmp_path / "controller"),
-         "--session-timeout-ms", "2000", "--election-timeout-ms", "300",
-         "--heartbeat-interval-ms", "50"],
-        stdout=log, stderr=subprocess.STDOUT)
+    voters = f"{CONTROLLER_ID}@127.0.0.1:{free_port()}"
+    proc = controller_process(
+        CONTROLLER_ID, voters, tmp_path / "controller", tmp_path / "controller.log",
+        "--session-timeout-ms", "2000", "--election-timeout-ms", "300",
+        "--heartbeat-interval-ms", "50").start()
     try:
         yield voters
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
+        proc.stop(10)
 
 
 def _brokers(tmp_path: Path, voters: str, ids: list[int]) -> list[BrokerProcess]:

@@ -1,5 +1,6 @@
-"""The one way the project launches local server processes: Strom brokers for tests and
-``strom dev``, Apache Kafka for the reference cluster, Redis and NATS for the benchmarks.
+"""The one way the project launches local server processes: Strom brokers for tests, benchmarks
+and ``strom dev``, dedicated controllers for tests, Apache Kafka for the reference cluster, Redis
+and NATS for the benchmarks.
 
 Each launcher used to carry its own copy of the same four steps, and the copies drifted (one
 waited without a deadline on a dead child, one had no log tail in its error, one never reaped).

@@ -315,12 +315,13 @@ def _kafka_available() -> bool:
     are skipped with a note, except under CI, where the missing tool is an error."""
     from strom.testing.kafka import KafkaToolMissing
     from strom.testing.kafka_jars import ensure_jars, java_binary
+    from strom.testing.tools import in_ci
 
     try:
         java_binary()
         ensure_jars()
     except KafkaToolMissing as err:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        if in_ci():
             raise
         _progress(f"skipping Apache Kafka: {err}")
         return False

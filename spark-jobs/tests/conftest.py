@@ -52,13 +52,12 @@ def kafka_connector_jars() -> list[Path]:
 @pytest.fixture(scope="session")
 @starts_processes  # the Spark JVM (and its Python workers)
 def spark() -> Iterator[Any]:
-    from strom_spark.java import in_ci, java_missing
+    from strom.testing.tools import missing
+    from strom_spark.java import java_missing
 
-    missing = java_missing()
-    if missing is not None:
-        if in_ci():
-            pytest.fail(f"CI=true but {missing} (.ci/run installs it)", pytrace=False)
-        pytest.skip(missing)
+    lacking = java_missing()
+    if lacking is not None:
+        missing(lacking)
     from pyspark.sql import SparkSession
 
     import strom_spark

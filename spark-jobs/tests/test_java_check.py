@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from strom_spark.java import in_ci, java_missing
+from strom_spark.java import java_missing
 
 
 def test_java_found_on_path_or_in_java_home(tmp_path: Path) -> None:
@@ -22,11 +22,6 @@ def test_missing_java_names_what_to_install(tmp_path: Path) -> None:
     assert reason is not None and "openjdk-17-jre-headless" in reason and "JAVA_HOME" in reason
     reason = java_missing({"JAVA_HOME": str(tmp_path)}, which=lambda _: "/usr/bin/java")
     assert reason is not None and "has no bin/java" in reason
-
-
-def test_ci_flag() -> None:
-    assert in_ci({"CI": "true"}) and in_ci({"CI": "1"})
-    assert not in_ci({}) and not in_ci({"CI": "false"})
 
 
 SPARK_TEST = '''

@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from strom.testing import BrokerProcess, running_broker
 from strom.testing.kafka import KafkaCluster, kafka_fixture
 from strom.testing.process import starts_processes
+from strom.testing.tools import missing
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -39,14 +40,9 @@ def strom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 @pytest.fixture(scope="module")
 def kspark(spark: Any) -> Any:
     """The shared session, if it has Spark's Kafka connector (skip without; fail in CI)."""
-    from strom_spark.java import in_ci
-
     jars = spark.sparkContext.getConf().get("spark.jars", "")
     if "spark-sql-kafka" not in jars:
-        reason = "Spark's Kafka connector is not fetched (kafka-ref/fetch needs Maven)"
-        if in_ci():
-            pytest.fail(f"CI=true but {reason}", pytrace=False)
-        pytest.skip(reason)
+        missing("Spark's Kafka connector is not fetched (kafka-ref/fetch needs Maven)")
     return spark
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from strom.testing.tools import in_ci, missing, require_tool
@@ -33,3 +37,15 @@ def test_a_missing_tool_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None
 def test_a_present_tool_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CI", "true")
     assert require_tool("sh", "coreutils").endswith("/sh")
+
+
+def test_ci_is_read_in_one_place() -> None:
+    """Only :func:`in_ci` reads ``CI``: a copy had drifted (the kube fixture skipped under
+    ``CI=1``, where every other suite failed)."""
+    repo = Path(__file__).resolve().parents[3]
+    reads_ci = re.compile(r"""environ(\.get\(|\[)\s*["']CI["']""")
+    names = subprocess.run(["git", "ls-files", "-z", "*.py"], cwd=repo, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    found = [name for name in names if name and (repo / name).is_file()
+             and reads_ci.search((repo / name).read_text(encoding="utf-8", errors="replace"))]
+    assert found == ["broker-image/src/strom/testing/tools.py"]

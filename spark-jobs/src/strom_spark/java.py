@@ -31,8 +31,3 @@ def java_missing(env: Mapping[str, str] | None = None,
     return f"no Java runtime (java is not on PATH and JAVA_HOME is unset); pyspark needs one: " \
            f"{INSTALL_HINT}"
 
-
-def in_ci(env: Mapping[str, str] | None = None) -> bool:
-    """``CI`` set to a true value, as CI services (and ``.ci/run``'s callers) do."""
-    env = os.environ if env is None else env
-    return env.get("CI", "").strip().lower() in ("1", "true", "yes")

@@ -16,8 +16,9 @@ __all__ = ["in_ci", "missing", "require_tool"]
 
 
 def in_ci() -> bool:
-    """``CI`` is set to true (``true``, ``1`` or ``yes``, any case), as CI services set it."""
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    """``CI`` is set to true (``true``, ``1`` or ``yes``, any case), as CI services set it: the one
+    reading of ``CI`` (the kube fixture, the Spark suites and the benchmarks ask here too)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
 def missing(reason: str) -> NoReturn:

@@ -57,6 +57,7 @@ import pytest
 
 from strom.testing.kube import cluster, lock
 from strom.testing.kube.layout import Paths
+from strom.testing.tools import in_ci
 
 REPO = Path(__file__).resolve().parents[5]
 FIXTURE = "kube_cluster"
@@ -158,7 +159,7 @@ class _Session:
             return
         reason = _unavailable_reason()
         if reason:
-            if os.environ.get("CI") == "true":
+            if in_ci():
                 self.error = f"the kube tests cannot run: {reason}"
             else:
                 self.skip = reason

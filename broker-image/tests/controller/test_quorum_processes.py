@@ -34,7 +34,7 @@ from strom.controller.metadata import (
     encode_command,
 )
 from strom.controller.quorum_client import QuorumClient
-from strom.protocol.errors import ErrorCode, StromError
+from strom.protocol.errors import ErrorCode, Handling, StromError, codes_with
 from strom.protocol.v1 import quorum_pb2
 from strom.testing.controller import controller_process
 from strom.testing.process import ManagedProcess, free_ports
@@ -174,7 +174,7 @@ class Quorum:
             code = ErrorCode(r.error.code)
             if code is ErrorCode.TOPIC_ALREADY_EXISTS and retried:
                 return 0  # an earlier attempt committed after all
-            if code not in (ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT):
+            if code not in codes_with(Handling.FIND_CONTROLLER):
                 raise AssertionError(f"proposal failed: {r.error}")
             retried = True
             if r.leader_hint in among and r.leader_hint != target:

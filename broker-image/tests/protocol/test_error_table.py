@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode as KafkaErrorCode
 
 from strom.cli.main import UNREACHABLE
 from strom.client import commits, group_state, sender
+from strom.controller import quorum_client
 from strom.protocol.errors import ERROR_TABLE, ErrorCode, Handling, codes_with
 from strom.transport.status import grpc_code_for
 
@@ -66,9 +67,12 @@ def test_client_and_cli_sets_come_from_the_table() -> None:
                                       ErrorCode.INVALID_PRODUCER_EPOCH} == sender._RESTAMP_ERRORS
     assert {ErrorCode.NETWORK_EXCEPTION, ErrorCode.BROKER_NOT_AVAILABLE,
                            ErrorCode.REQUEST_TIMED_OUT} == UNREACHABLE
+    assert quorum_client._RETRY == codes_with(Handling.FIND_CONTROLLER) == {
+        ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT}
 
 
 def test_codes_that_find_the_coordinator_or_mean_unreachable_are_retried() -> None:
     # A class that makes the client act again must be retried or the action is never taken.
-    for code in codes_with(Handling.FIND_COORDINATOR) | codes_with(Handling.UNREACHABLE):
+    for code in (codes_with(Handling.FIND_COORDINATOR) | codes_with(Handling.UNREACHABLE)
+                 | codes_with(Handling.FIND_CONTROLLER)):
         assert code.retriable, code.name

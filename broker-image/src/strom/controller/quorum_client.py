@@ -20,13 +20,14 @@ import grpc
 
 from strom.controller.metadata import MetadataImage
 from strom.controller.transport import CHANNEL_OPTIONS
-from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
+from strom.protocol.errors import ErrorCode, Handling, StromError, codes_with, error_code_from_int
 from strom.protocol.v1 import quorum_pb2
 from strom.transport.v1 import quorum_pb2_grpc
 
 __all__ = ["QuorumClient"]
 
-_RETRY = {ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT}
+#: Answers that send the call to the hinted leader or the next voter (the error table's class).
+_RETRY = codes_with(Handling.FIND_CONTROLLER)
 
 
 class QuorumClient:
@@ -108,7 +109,8 @@ class QuorumClient:
         attempt_s: float | None = None,
     ) -> Any:
         """``call(stub, seconds_left)`` on the leader: follows NOT_CONTROLLER hints, tries the
-        next voter when one is unreachable, retries retriable errors until the deadline.
+        next voter when one is unreachable or the answer's code is in ``Handling.FIND_CONTROLLER``
+        (any other code is the caller's), until the deadline.
         ``attempt_s`` bounds one attempt, so a voter that accepts connections but does not answer
         (a stopped process) does not use up the whole deadline."""
         loop = asyncio.get_running_loop()

@@ -6,8 +6,9 @@ Strom can produce are listed; new ones must keep Kafka"s number.
 
 Each code has one row in :data:`ERROR_TABLE`: its handling classes (retriable as Kafka"s
 ``RetriableException`` subclasses are; "find the coordinator again"; "the group generation is
-lost"; ...) and the gRPC status a failed call carries. The client"s retry sets, the CLI"s
-"is a broker running?" hint, the gRPC status mapping and the Kafka listener all derive from it
+lost"; ...) and the gRPC status a failed call carries. The client"s retry sets, the controller
+quorum client"s "try the leader or the next voter", the CLI"s "is a broker running?" hint, the
+gRPC status mapping and the Kafka listener all derive from it
 (:func:`codes_with`), so a code is classified once. Pure: no I/O and no grpc import (the gRPC
 status is named by its ``google.rpc.Code`` name).
 """
@@ -112,6 +113,8 @@ class Handling(enum.Flag):
     LOST_GENERATION = enum.auto()  #: a commit was refused: the partitions may be someone else"s
     RESET_MEMBER = enum.auto()  #: forget the member id and generation, join the group again
     NEW_PRODUCER_EPOCH = enum.auto()  #: the producer id/epoch is gone: get a new one, resend
+    #: the controller quorum did not take it here: ask the hinted leader, else the next voter
+    FIND_CONTROLLER = enum.auto()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ class ErrorSpec:
 FAIL, RETRY = Handling.FAIL, Handling.RETRY
 UNREACHABLE, FIND_COORDINATOR = Handling.UNREACHABLE, Handling.FIND_COORDINATOR
 LOST_GENERATION, RESET_MEMBER = Handling.LOST_GENERATION, Handling.RESET_MEMBER
-NEW_PRODUCER_EPOCH = Handling.NEW_PRODUCER_EPOCH
+NEW_PRODUCER_EPOCH, FIND_CONTROLLER = Handling.NEW_PRODUCER_EPOCH, Handling.FIND_CONTROLLER
 _row, E = ErrorSpec, ErrorCode
 
 #: Every code: how it is handled and its gRPC status (UNAVAILABLE for retriable codes,
@@ -138,7 +141,8 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
     E.INVALID_FETCH_SIZE:                  _row(FAIL, "INVALID_ARGUMENT"),
     E.LEADER_NOT_AVAILABLE:                _row(RETRY, "UNAVAILABLE"),
     E.NOT_LEADER_OR_FOLLOWER:              _row(RETRY, "FAILED_PRECONDITION"),
-    E.REQUEST_TIMED_OUT:                   _row(RETRY | UNREACHABLE, "DEADLINE_EXCEEDED"),
+    E.REQUEST_TIMED_OUT:                   _row(RETRY | UNREACHABLE | FIND_CONTROLLER,
+                                                "DEADLINE_EXCEEDED"),
     E.BROKER_NOT_AVAILABLE:                _row(RETRY | UNREACHABLE, "UNAVAILABLE"),
     E.REPLICA_NOT_AVAILABLE:               _row(RETRY, "UNAVAILABLE"),
     E.MESSAGE_TOO_LARGE:                   _row(FAIL, "INVALID_ARGUMENT"),
@@ -165,7 +169,7 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
     E.INVALID_REPLICATION_FACTOR:          _row(FAIL, "INVALID_ARGUMENT"),
     E.INVALID_REPLICA_ASSIGNMENT:          _row(FAIL, "INVALID_ARGUMENT"),
     E.INVALID_CONFIG:                      _row(FAIL, "INVALID_ARGUMENT"),
-    E.NOT_CONTROLLER:                      _row(RETRY, "FAILED_PRECONDITION"),
+    E.NOT_CONTROLLER:                      _row(RETRY | FIND_CONTROLLER, "FAILED_PRECONDITION"),
     E.INVALID_REQUEST:                     _row(FAIL, "INVALID_ARGUMENT"),
     E.UNSUPPORTED_FOR_MESSAGE_FORMAT:      _row(FAIL, "INVALID_ARGUMENT"),
     E.POLICY_VIOLATION:                    _row(FAIL, "INVALID_ARGUMENT"),
@@ -204,6 +208,7 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
     E.NEW_LEADER_ELECTED:                  _row(RETRY, "UNAVAILABLE"),
 }
 del E, FAIL, RETRY, UNREACHABLE, FIND_COORDINATOR, LOST_GENERATION, RESET_MEMBER, NEW_PRODUCER_EPOCH
+del FIND_CONTROLLER
 
 
 def codes_with(handling: Handling) -> frozenset[ErrorCode]:

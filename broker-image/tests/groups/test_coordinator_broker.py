@@ -23,6 +23,7 @@ from strom.groups.offsets import OFFSETS_TOPIC, partition_for_group
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import encode_batch
 from strom.protocol.v1 import broker_pb2, common_pb2, group_pb2
+from strom.testing.waits import async_wait_until
 
 
 class Node(Protocol):
@@ -306,9 +307,18 @@ async def test_a_topic_created_just_before_the_group_formed_starts_no_second_rou
     rebalanced again at the next pass ("partition count of a subscribed topic changed"), a
     round Kafka never starts (the extra round seen by the compat suite's range scenario)."""
     node = await make_node(group_initial_rebalance_delay_ms=0)
-    await find(node, "g")
+    await find(node, "g")  # the offsets topic exists and is reconciled: passes alone call again
     node.groups.settings = dataclasses.replace(node.groups.settings, metadata_poll_ms=1000)
-    await asyncio.sleep(0.25)  # the housekeeping loop is now in its 1 s sleep
+    passes: list[int] = []
+    reconcile_all = node.groups._reconcile_all
+
+    def counted() -> None:
+        passes.append(len(passes))
+        reconcile_all()
+
+    node.groups._reconcile_all = counted  # type: ignore[method-assign]
+    await async_wait_until(lambda: passes, 5, what="a housekeeping pass")
+    # the loop now sleeps 1 s: the topic and the group are made before its next pass
     await node.core.topics.create_topic("t", 2)
     (member,) = await form_group(node, "g", 1, {"t": 2})
     end = time.monotonic() + 1.5  # past the next housekeeping pass

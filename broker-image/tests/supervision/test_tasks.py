@@ -72,8 +72,14 @@ async def test_a_fatal_error_escalates_at_once_as_one_line(
 async def test_cancellation_is_not_a_failure() -> None:
     fatal: list[str] = []
     Supervisor(lambda name, exc: fatal.append(name), FAST).install()
-    task = supervision.spawn("sleeper", lambda: asyncio.sleep(60), restartable=False)
-    await asyncio.sleep(0.01)
+    running = asyncio.Event()
+
+    async def sleeper() -> None:
+        running.set()
+        await asyncio.sleep(60)
+
+    task = supervision.spawn("sleeper", sleeper, restartable=False)
+    await asyncio.wait_for(running.wait(), 10)  # cancelled inside the supervised run
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -39,10 +39,8 @@ def kafka_connector_jars() -> list[Path]:
     """Spark's Kafka connector jars (Maven, ``kafka-ref/spark-kafka/pom.xml``), or [] when
     Maven or the repository's pom is missing: only the format("kafka") tests need them, and
     they skip then (fail under CI=true)."""
-    try:
-        from strom.testing.kafka_jars import KafkaToolMissing, spark_kafka_jars
-    except ImportError:
-        return []
+    from strom.testing.kafka_jars import KafkaToolMissing, spark_kafka_jars
+
     try:
         return spark_kafka_jars()
     except KafkaToolMissing:

@@ -51,13 +51,12 @@ from strom.controller.metadata import Endpoint
 from strom.protocol import replica_fetch
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.produce_wire import decode_request as decode_produce_request
-from strom.protocol.v1 import admin_pb2, broker_pb2, group_pb2, replica_pb2
+from strom.protocol.v1 import admin_pb2, broker_pb2, group_pb2, quorum_pb2, replica_pb2
 from strom.request_guard import RequestGuard
 from strom.shutdown import cancel_and_wait, stop_on_signals
 from strom.storage import fileops
 from strom.supervision import FatalError, Supervisor
 from strom.transport.services import add_service
-from strom.transport.v1 import quorum_pb2_grpc
 
 log = logging.getLogger("strom.broker")
 
@@ -138,8 +137,8 @@ class BrokerServer:
                     serializers={"ReplicaFetch": replica_fetch.encode_response})
         add_service(self._grpc, group_pb2.DESCRIPTOR.services_by_name["Group"],
                     service.group_methods(core, core.groups))
-        quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]
-            core.link.service, self._grpc)
+        add_service(self._grpc, quorum_pb2.DESCRIPTOR.services_by_name["Quorum"],
+                    core.link.service.methods())
         await self._grpc.start()
         await core.start()
         if self._kafka is not None:

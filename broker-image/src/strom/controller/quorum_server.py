@@ -45,8 +45,8 @@ from strom.ratelimit import RateLimitedLog
 from strom.request_guard import RequestGuard
 from strom.shutdown import stop_on_signals
 from strom.supervision import Supervisor
+from strom.transport.services import Method, add_service
 from strom.transport.status import error_info, to_grpc_status
-from strom.transport.v1 import quorum_pb2_grpc
 
 __all__ = ["ControllerConfig", "QuorumService", "parse_voters", "serve"]
 
@@ -54,7 +54,11 @@ log = logging.getLogger("strom.controller")
 _refusals = RateLimitedLog(log)
 
 
-class QuorumService(quorum_pb2_grpc.QuorumServicer):
+class QuorumService:
+    """The ``Quorum`` service's handlers over one driver; :meth:`methods` is its table (method
+    name -> handler) for :func:`strom.transport.services.add_service`, as the broker's services
+    are built (``strom.broker.service``)."""
+
     def __init__(
         self,
         driver: QuorumDriver,
@@ -68,6 +72,19 @@ class QuorumService(quorum_pb2_grpc.QuorumServicer):
         self._addresses = addresses
         self._propose_timeout_s = propose_timeout_s
         self._active = active
+
+    def methods(self) -> dict[str, Method]:
+        """Every method of ``strom.v1.Quorum``: the three Raft messages go to the driver as they
+        are (:meth:`_peer`); the rest are answered here."""
+        return {
+            "Vote": self._peer,
+            "AppendEntries": self._peer,
+            "InstallSnapshot": self._peer,
+            "Propose": self.Propose,
+            "BrokerHeartbeat": self.BrokerHeartbeat,
+            "DescribeQuorum": self.DescribeQuorum,
+            "DescribeMetadata": self.DescribeMetadata,
+        }
 
     async def _peer(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         message = from_pb(request)
@@ -90,26 +107,6 @@ class QuorumService(quorum_pb2_grpc.QuorumServicer):
                           "%s: %s", context.peer(), err.code.name, err.message)
         status = to_grpc_status(err)
         await context.abort(status.code, status.details, status.trailing_metadata)
-
-    async def Vote(
-        self, request: quorum_pb2.VoteRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> quorum_pb2.VoteResponse:
-        reply: quorum_pb2.VoteResponse = await self._peer(request, context)
-        return reply
-
-    async def AppendEntries(
-        self, request: quorum_pb2.AppendEntriesRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> quorum_pb2.AppendEntriesResponse:
-        reply: quorum_pb2.AppendEntriesResponse = await self._peer(request, context)
-        return reply
-
-    async def InstallSnapshot(
-        self,
-        request: quorum_pb2.InstallSnapshotRequest,
-        context: grpc.aio.ServicerContext[Any, Any],
-    ) -> quorum_pb2.InstallSnapshotResponse:
-        reply: quorum_pb2.InstallSnapshotResponse = await self._peer(request, context)
-        return reply
 
     async def Propose(
         self, request: quorum_pb2.ProposeRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -272,10 +269,9 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
     except RuntimeError as exc:
         log.error("cannot listen on %s: %s", address, exc)
         return 2
-    quorum_pb2_grpc.add_QuorumServicer_to_server(  # type: ignore[no-untyped-call]
-        QuorumService(driver, config.voters, active=active,
-                      cluster_id=lambda: driver.image.cluster_id), server
-    )
+    add_service(server, quorum_pb2.DESCRIPTOR.services_by_name["Quorum"],
+                QuorumService(driver, config.voters, active=active,
+                              cluster_id=lambda: driver.image.cluster_id).methods())
     failures: list[str] = []
 
     def fatal(task: str, exc: BaseException) -> None:

@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-#: ``Popen([... "-m", "strom.broker" ...`` (or ``strom.controller``), over line breaks.
+#: A ``Popen`` call whose argv list runs ``-m strom.broker`` (or ``strom.controller``), over line
+#: breaks. (This comment is worded so that the file does not match itself.)
 SERVER = re.compile(r"""Popen\(\s*\[[^\]]*?["']-m["'],\s*["']strom\.(broker|controller)["']""")
 
 

@@ -786,7 +786,8 @@ PROFILES: dict[str, dict[str, Any]] = {
               "warmup_latency_seconds": 1, "curve_rates": (500, 2000), "curve_seconds": 1,
               "e2e_tool_records": 200, "kafka_failovers": 1,
               "kafka_failover_faults": ("kill", "kill-controller"),
-              "curve8_rates": (500, 2000), "curve_repeats": 1, "streams_lines": 1000},
+              "curve8_rates": (500, 2000), "curve_repeats": 1, "streams_lines": 1000,
+              "listener_raw_read": 100_000},
     "full": {"records_100b": 1_000_000, "records_1k": 1_000_000, "latency_rate": 10_000,
              "latency_seconds": 10, "big_log_bytes": 2_000_000_000,
              "partition_counts": (1, 100, 1000), "records_partitions": 500_000,
@@ -801,7 +802,7 @@ PROFILES: dict[str, dict[str, Any]] = {
              "e2e_tool_records": 5000, "kafka_failovers": 5,
              "kafka_failover_faults": ("kill", "kill-controller"),
              "curve8_rates": (1000, 5000, 10_000, 20_000), "curve_repeats": 3,
-             "streams_lines": 20_000},
+             "streams_lines": 20_000, "listener_raw_read": 2_000_000},
 }
 #: The full run's shape with a fifth of its records (the Kafka sections' rates are compared in
 #: the same run, so fewer records change the figures' spread, not what they compare): what fits

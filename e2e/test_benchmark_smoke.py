@@ -137,3 +137,39 @@ def test_only_runs_the_named_sections_and_keeps_the_full_latest_file(tmp_path: P
     assert {r["workload"] for r in doc["results"]} == {"partitions"}
     assert doc["params"]["sections"] == ["partitions"]
 
+
+
+def test_the_kafka_listener_section_compares_both_paths_at_equal_client_cost(
+        tmp_path: Path) -> None:
+    """Issue 14's target as written: rows of the raw clients (the same client-side work on
+    gRPC and on the Kafka listener) with records/s, the broker's CPU per record and the
+    listener's ratio to gRPC, in the table, the JSON and the PNG. Shape, not speed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "kafka-listener",
+         "--no-peers", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "strom Kafka listener (raw client)" in proc.stdout
+    assert (tmp_path / "kafka-listener.png").stat().st_size > 0
+    [latest] = tmp_path.glob("strom-smoke-kafka-listener-latest.json")
+    doc = json.loads(latest.read_text())
+    by_key = {(r["system"], r["workload"], r["metric"]): r for r in doc["results"]}
+    grpc, kafka = "strom gRPC (raw client)", "strom Kafka listener (raw client)"
+    records = {"1p-100B": doc["params"]["records_100b"], "8p-1KiB": doc["params"]["records_1k"]}
+    for workload, wanted in records.items():
+        for metric in ("produce", "consume"):
+            for system in (grpc, kafka):
+                rate = by_key[(system, workload, metric)]
+                cpu = by_key[(system, workload, f"{metric} broker CPU/record")]
+                assert rate["unit"] == "records/s" and rate["value"] > 0, rate
+                assert len(rate["extra"]["runs"]) == doc["params"]["repeats"], rate
+                # every record asked for was written; a read covers at least the topic
+                assert rate["extra"]["records"] >= wanted, rate
+                assert cpu["unit"] == "us" and not cpu["higher_is_better"], cpu
+                assert 0 <= cpu["value"] < 1000, cpu  # a broker that did the work, sanely
+                assert len(rate["extra"]["client_cpu_us_per_record"]) == len(
+                    rate["extra"]["runs"]), rate
+            assert set(by_key[(kafka, workload, metric)]["ratios"]) == {grpc}
+            assert set(by_key[(kafka, workload, f"{metric} broker CPU/record")]["ratios"]) == {
+                grpc}

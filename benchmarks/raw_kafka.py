@@ -58,9 +58,16 @@ def frame(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
 
 def with_correlation_id(request: bytes, correlation_id: int) -> bytes:
     """``request`` (a frame of :func:`frame`) with another correlation id."""
-    out = bytearray(request)
-    _SIZE.pack_into(out, CORRELATION_AT, correlation_id)
-    return bytes(out)
+    head, rest = split_at_correlation_id(request)
+    _SIZE.pack_into(head, CORRELATION_AT, correlation_id)
+    return bytes(head) + rest
+
+
+def split_at_correlation_id(request: bytes) -> tuple[bytearray, memoryview]:
+    """A frame as its head up to and including the correlation id (to rewrite) and a view
+    of the rest (sent as it is: no copy of the records per request)."""
+    end = CORRELATION_AT + _SIZE.size
+    return bytearray(request[:end]), memoryview(request)[end:]
 
 
 def fetch_body(topic_id: uuid.UUID, offsets: Mapping[int, int], max_wait_ms: int,
@@ -133,12 +140,25 @@ class RawKafka:
         self._correlation += 1
         return self._correlation
 
-    def call(self, request: bytes) -> memoryview:
-        """Send one frame, return the answer's frame (header included): one in flight."""
-        s = self._socket
-        s.sendall(request)
+    def call(self, request: bytes | bytearray, *more: bytes | bytearray | memoryview
+             ) -> memoryview:
+        """Send one frame (``request`` and ``more`` parts of it, written together), return the
+        answer's frame (header included): one in flight."""
+        if more:
+            self._send_parts([memoryview(request), *(memoryview(m) for m in more)])
+        else:
+            self._socket.sendall(request)
         size = _SIZE.unpack(self._exactly(4))[0]
         return self._exactly(size)
+
+    def _send_parts(self, parts: list[memoryview]) -> None:
+        while parts:
+            sent = self._socket.sendmsg(parts)
+            while parts and sent >= len(parts[0]):
+                sent -= len(parts[0])
+                parts.pop(0)
+            if parts and sent:
+                parts[0] = parts[0][sent:]
 
     def _exactly(self, n: int) -> memoryview:
         buffer = bytearray(n)
@@ -175,11 +195,12 @@ class RawKafka:
 
     def produce(self, topic: str, partitions: int, records: int, value_size: int,
                 batch_records: int) -> Throughput:
-        request = produce_frame(self.topic_id(topic), partitions,
-                                rr.build_batch(batch_records, value_size))
+        head, rest = split_at_correlation_id(produce_frame(
+            self.topic_id(topic), partitions, rr.build_batch(batch_records, value_size)))
 
         def send() -> None:
-            check_produced(self.call(with_correlation_id(request, self._next_id())))
+            _SIZE.pack_into(head, CORRELATION_AT, self._next_id())
+            check_produced(self.call(head, rest))
 
         return rr.produce_loop(send, rr.requests_for(records, partitions, batch_records),
                                partitions * batch_records, value_size)

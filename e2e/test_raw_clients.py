@@ -204,3 +204,38 @@ def test_both_raw_clients_write_and_read_the_same_log(bench: dict[str, ModuleTyp
             assert consumer.end_offsets(tps) == dict.fromkeys(tps, 900)
         finally:
             consumer.close()
+
+
+def test_a_frame_sent_in_parts_arrives_whole_past_partial_writes(
+        bench: dict[str, ModuleType]) -> None:
+    """The producer sends the rewritten head and the untouched rest of its frame with one
+    sendmsg; a socket buffer smaller than the frame makes the writes partial."""
+    import socket
+    import threading
+
+    rk = bench["raw_kafka"]
+    client, server = socket.socketpair()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    client.settimeout(30)  # as RawKafka's: Python then writes what fits and returns
+    raw = object.__new__(rk.RawKafka)
+    raw._socket = client
+    frame = bytes(range(256)) * 16384  # 4 MiB
+    head, rest = rk.split_at_correlation_id(frame)
+    received = bytearray()
+
+    def read() -> None:
+        while len(received) < len(frame):
+            chunk = server.recv(1 << 16)
+            if not chunk:  # the sender closed early
+                return
+            received.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        raw._send_parts([memoryview(head), rest])
+        reader.join(timeout=60)
+    finally:
+        client.close()
+        server.close()
+    assert not reader.is_alive() and bytes(received) == frame

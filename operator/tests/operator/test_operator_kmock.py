@@ -236,6 +236,7 @@ async def test_cluster_creates_its_objects(operator):
     obj = _object(emulator, "stromclusters", "demo")
     assert obj["status"]["selector"].startswith("app.kubernetes.io/component=broker")
     assert obj["status"]["bootstrapServers"] == "demo-bootstrap.kafka.svc:9092"
+    assert obj["status"]["kafkaBootstrapServers"] == "demo-bootstrap.kafka.svc:19092"
     assert _conditions(emulator, "demo")["Ready"]["status"] == "False"  # no pods in an emulator
 
 

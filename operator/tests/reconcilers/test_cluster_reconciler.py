@@ -44,6 +44,7 @@ def test_first_reconcile_creates_everything_and_reports_not_ready():
     status = api.find("StromCluster", "c")["status"]
     assert status["selector"] == manifests.label_selector("c")
     assert status["bootstrapServers"] == "c-bootstrap.ns.svc:9092"
+    assert status["kafkaBootstrapServers"] == "c-bootstrap.ns.svc:19092"  # issue 14
     assert out.requeue
 
 

@@ -3,20 +3,28 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import socket
 import struct
+import time
 import urllib.request
+from collections.abc import Callable, Iterator
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.api_versions.v3.response import ApiVersionsResponse
+from kio.schema.fetch.v12 import request as fetch_req
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
 
-from strom.testing import BrokerProcess
+from strom.client import Admin, Producer
+from strom.testing import BrokerProcess, running_broker
+from strom.testing.process import starts_processes
+
+from .conftest import assert_no_internal_errors
 
 pytestmark = pytest.mark.integration
 
@@ -158,3 +166,74 @@ def test_many_pipelined_produce_requests_are_appended_and_answered_in_order(
 
     assert [m.value() for m in consume(broker, topic, 1, count)] == [
         b"r%d" % i for i in range(count)]  # appended in the order they were sent
+
+
+def _connections(broker: BrokerProcess) -> float:
+    """The broker's open Kafka-listener connections (its gauge; none before the first)."""
+    text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith('strom_broker_connections{listener="PLAINTEXT"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def _until(what: str, ok: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ok():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f}s: {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+@starts_processes
+def impatient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker that drops a connection idle for 1.5 s (Kafka's connections.max.idle.ms)."""
+    with running_broker(tmp_path_factory.mktemp("idle"),
+                        config={"connections.max.idle.ms": "1500"}) as b:
+        yield b
+    assert_no_internal_errors(b)
+
+
+def test_slow_half_open_and_unread_connections_are_closed_after_the_idle_time(
+        impatient: BrokerProcess) -> None:
+    """Issue 14: a peer that stops mid-frame, one that connects and says nothing (half-open),
+    and one that sends Fetches and never reads the answers are each closed after
+    connections.max.idle.ms, and the broker keeps serving others meanwhile (the event loop is
+    never stuck behind them). Bounded waits on the broker's connection gauge."""
+    with Admin(impatient.bootstrap) as admin:
+        admin.create_topic("idle-big", partitions=1, replication_factor=1)
+    producer = Producer(impatient.bootstrap)  # over gRPC: no Kafka connection of its own
+    try:
+        for _ in range(64):  # 6.4 MiB for the answers nobody reads
+            producer.send("idle-big", b"x" * 100_000)
+        producer.flush()
+    finally:
+        producer.close()
+    fetch = _request(1, 12, 1, fetch_req.FetchRequest(  # type: ignore[call-arg]
+        cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=10),  # type: ignore[arg-type]
+        min_bytes=1, max_bytes=64 << 20, isolation_level=0, session_id=0, session_epoch=-1,  # type: ignore[arg-type]
+        topics=(fetch_req.FetchTopic(topic="idle-big", partitions=(  # type: ignore[arg-type]
+            fetch_req.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,  # type: ignore[arg-type]
+                                     last_fetched_epoch=-1, log_start_offset=-1,  # type: ignore[arg-type]
+                                     partition_max_bytes=8 << 20),)),),  # type: ignore[arg-type]
+        forgotten_topics_data=(), rack_id=""))
+    assert _connections(impatient) == 0
+    stalled = _connect(impatient)
+    silent = _connect(impatient)
+    unread = socket.socket()
+    unread.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    unread.connect(("127.0.0.1", impatient.kafka_port))
+    try:
+        stalled.sendall(fetch[:7])  # the size and three bytes of the header, then nothing
+        unread.sendall(fetch * 4)  # ~26 MiB of answers into a 4 KiB receive buffer
+        _until("three connections open", lambda: _connections(impatient) == 3)
+        versions = ApiVersionsRequest(client_software_name="raw", client_software_version="1")
+        with _connect(impatient) as other:  # served while the three hang
+            other.sendall(_request(18, 3, 5, versions))
+            assert struct.unpack_from(">i", _read_frame(other))[0] == 5
+        _until("all three closed by the broker", lambda: _connections(impatient) == 0)
+        assert _closed_by_broker(stalled) and _closed_by_broker(silent)
+    finally:
+        for s in (stalled, silent, unread):
+            s.close()

@@ -5,7 +5,11 @@ production default, as ``benchmarks/failover.py``; the topic has ``min.insync.re
 
 - **create**: one CreateTopics of N partitions at RF 3 (3N replicas) until every partition has
   a leader and all 3 replicas in its ISR (wall seconds, and each broker's CPU seconds);
-- **idle**: each broker's CPU over ``idle_seconds``, its RSS and its open files;
+- **idle**: once the metadata has stopped moving (the applied metadata offset unchanged for
+  ``SETTLE_S``: the preferred-leader elections and ISR changes that follow a creation at 10,000
+  partitions go on for a minute or two, and are not idle), each broker's CPU over
+  ``idle_seconds``, its RSS and its open files (:mod:`benchmarks.idle_cpu` measures the idle
+  figure alone, in longer windows);
 - **keyed produce, acks=all**: ``records`` 100 B values with distinct keys, Strom's
   ``Producer`` at its defaults (bounded by ``max_seconds``); rate of acknowledged records;
 - **kill -9** of one broker that is not the active controller (it leads about N/3
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.failover import Writer, production_defaults
+from benchmarks.idle_cpu import wait_settled
 from benchmarks.partition_scale import cpu_seconds, open_fds
 from strom.client import Admin, Producer, RecordMetadata
 from strom.testing import Cluster, running_cluster
@@ -48,6 +53,8 @@ from strom.testing import Cluster, running_cluster
 TOPIC = "scale3"
 #: Issue 12's failover bound for kill -9 (writes back within 2 s median, 5 s max).
 FAILOVER_MAX_S = 5.0
+#: Seconds the metadata offset must stay put before the idle window starts.
+SETTLE_S = 10.0
 
 
 @dataclass
@@ -68,6 +75,8 @@ class Rf3Point:
     """CreateTopics until every partition is led with 3 replicas in its ISR."""
     create_call_s: float | None = None
     """The CreateTopics call alone."""
+    settled_s: float | None = None
+    """All led with full ISRs to the metadata offset unchanged for ``SETTLE_S``."""
     brokers: list[BrokerFigures] = field(default_factory=list)
     produce_rps: float | None = None
     produced: int = 0
@@ -180,7 +189,11 @@ def measure_point(root: Path, n: int, records: int, max_seconds: float,
         point.create_s = time.monotonic() - start
         create_cpu = {b: cpu_seconds(pid) - cpu[b] for b, pid in pids.items()}
         say(f"rf3: {n:,} partitions led, ISR full after {point.create_s:.1f} s")
-        time.sleep(2.0)
+        point.settled_s, offset = wait_settled(cluster, SETTLE_S, max_seconds)
+        if point.settled_s is None:
+            point.notes.append(f"metadata still moving {max_seconds} s after the ISRs filled")
+        else:
+            say(f"rf3: metadata settled at offset {offset} {point.settled_s:.1f} s later")
         idle0 = {b: cpu_seconds(pid) for b, pid in pids.items()}
         time.sleep(idle_seconds)
         for b, pid in pids.items():
@@ -281,7 +294,7 @@ def _failover(cluster: Cluster, point: Rf3Point, max_seconds: float,
 
 
 def measure(counts: list[int], records: int, max_seconds: float = 900.0,
-            idle_seconds: float = 5.0, progress: object = print,
+            idle_seconds: float = 20.0, progress: object = print,
             logs_dir: Path | None = None) -> list[Rf3Point]:
     """One fresh cluster per N; ``logs_dir``: where the brokers' logs are copied."""
     say = progress if callable(progress) else print

@@ -83,7 +83,6 @@ class Cluster:
             RaftConfig(0, frozenset({0}), election_timeout_ms=50, heartbeat_interval_ms=10),
             raft_log,
             NoPeers(),
-            tick_ms=5,
         )
         config = ControllerSettings(
             session_timeout_ms=SESSION_MS,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -24,7 +25,15 @@ from strom.controller.messages import (
     VoteResponse,
 )
 from strom.controller.metadata import CreateTopic, Endpoint, RegisterBroker, encode_command
-from strom.controller.raft import Apply, Persist, RaftConfig, RestoreSnapshot, Send, Snapshot
+from strom.controller.raft import (
+    Action,
+    Apply,
+    Persist,
+    RaftConfig,
+    RestoreSnapshot,
+    Send,
+    Snapshot,
+)
 from strom.controller.raftlog import MemoryRaftLog
 from strom.controller.transport import OnReply
 from strom.protocol.errors import ErrorCode
@@ -71,7 +80,6 @@ class Net:
                 RaftConfig(i, voters, election_timeout_ms=150, heartbeat_interval_ms=20),
                 self.logs[i],
                 Loopback(self, i),
-                tick_ms=5,
                 compact_every=compact_every,
                 rng=random.Random(i),
             )
@@ -190,6 +198,39 @@ async def test_single_driver_leads_alone() -> None:
         await net.stop()
 
 
+async def test_idle_drivers_wake_only_when_a_tick_is_due() -> None:
+    """Three idle drivers (heartbeat 20 ms, election timeout 150 ms) over 0.6 s: the leader is
+    ticked about once per heartbeat, the followers about once per election timeout, and
+    leadership and commits carry on. Before, every node was ticked every few ms whatever was
+    due (a fixed 10 ms ticker: 60 ticks per node here, 100 a second on an idle cluster)."""
+    net = Net(3)
+    await net.start()
+    try:
+        leader = await net.leader()
+        await net.drivers[leader].propose(_register(0))
+        ticks = dict.fromkeys(net.drivers, 0)
+        for i, d in net.drivers.items():
+            real = d.node.tick
+
+            def counted(now_ms: int, i: int = i, real: Callable[[int], list[Action]] = real
+                        ) -> list[Action]:
+                ticks[i] += 1
+                return real(now_ms)
+
+            d.node.tick = counted  # type: ignore[method-assign]
+        await asyncio.sleep(0.6)
+        assert await net.leader() == leader
+        assert await net.drivers[leader].propose(_topic("still")) > 0
+        followers = [i for i in net.drivers if i != leader]
+        # 0.6 s / 20 ms = 30 heartbeats and 4 check-quorums at most, fewer when the loop is slow
+        assert 5 <= ticks[leader] <= 40, ticks
+        # one wake-up per election deadline (>= 150 ms each), the first maybe early
+        assert all(ticks[f] <= 6 for f in followers), ticks
+        assert not net.violations, net.violations
+    finally:
+        await net.stop()
+
+
 def test_a_follower_acknowledges_new_entries_before_applying_committed_ones() -> None:
     """A Send moves ahead of the Apply actions just before it, never ahead of a Persist or a
     RestoreSnapshot, and Apply keeps its place among the others."""
@@ -210,7 +251,7 @@ async def test_applying_many_committed_entries_yields_to_the_event_loop() -> Non
     published: list[int] = []
     driver = QuorumDriver(
         RaftConfig(0, frozenset({0, 1}), election_timeout_ms=60_000, heartbeat_interval_ms=20),
-        MemoryRaftLog(), _Silent(), tick_ms=5, apply_slice_s=0.0,
+        MemoryRaftLog(), _Silent(), apply_slice_s=0.0,
         on_apply=lambda image: published.append(image.offset))
     await driver.start()
     seen: set[int] = set()

@@ -6,6 +6,13 @@ owner: a single asyncio task reads an inbox (clock ticks, messages from the gRPC
 from the transport, proposals) and handles one item at a time, so nothing is shared and nothing is
 locked. Other coroutines only put items in the inbox and await futures, or read plain properties.
 
+Clock ticks are due-time driven: after every item the driver asks the node when its next tick has
+something to do (``RaftNode.next_tick_ms``: a heartbeat, a check-quorum, an election deadline)
+and keeps one loop timer set for it, moved earlier when an item brings the time forward. A leader
+wakes ~11 times a second (heartbeats every 100 ms), a follower about once per election timeout,
+an observer never; a fixed 10 ms ticker woke 100 times a second on every node whatever was due
+(a third of an empty cluster's idle CPU).
+
 How actions are carried out (``_execute``), strictly in the order returned:
 
 - ``Persist``: ``raftlog.persist`` in a worker thread (it fsyncs), awaited before the next action,
@@ -136,7 +143,6 @@ class QuorumDriver:
         raft_log: RaftLog,
         transport: Transport,
         *,
-        tick_ms: int = 10,
         compact_every: int = 1000,
         rng: random.Random | None = None,
         on_apply: Callable[[MetadataImage], None] | None = None,
@@ -147,12 +153,13 @@ class QuorumDriver:
         self.image = MetadataImage()
         self._log = raft_log
         self._transport = transport
-        self._tick_s = tick_ms / 1000
         self._compact_every = compact_every
         self._rng = rng
         self._node: RaftNode | None = None
         self._inbox: asyncio.Queue[_Tick | _Incoming | _Propose] = asyncio.Queue()
         self._tick_queued = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_due_ms: int | None = None
         self._pending: dict[int, _Pending] = {}
         self._match: dict[int, int] = {}
         self._hard_state: tuple[int, int | None] | None = None
@@ -182,11 +189,12 @@ class QuorumDriver:
             sorted(self.config.voters),
         )
         self.task = spawn("raft-driver", self._run, restartable=False)
-        self._tasks = [self.task, spawn("raft-ticker", self._ticker, restartable=False)]
+        self._tasks = [self.task]
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
         self._tasks = []
+        self._disarm()
         for p in self._pending.values():
             if not p.result.done():
                 p.result.set_exception(NotControllerError(None, "the controller stopped"))
@@ -263,16 +271,40 @@ class QuorumDriver:
 
     # ---- the owner task ----------------------------------------------------------------------
 
-    async def _ticker(self) -> None:
-        while True:
-            await asyncio.sleep(self._tick_s)
-            if not self._tick_queued:
-                self._tick_queued = True
-                self._inbox.put_nowait(_Tick())
+    def _arm(self, node: RaftNode) -> None:
+        """Keep the loop timer set for the node's next due tick (``next_tick_ms``).
+
+        Only moved when the due time came earlier (a new leader's first heartbeat): a due time
+        that moved later (a follower hearing its leader pushes its election deadline back on
+        every heartbeat) leaves the timer as it is; it fires, the tick does nothing, and the
+        timer is set again for the later time - at most one wasted wake-up per deadline
+        instead of a timer rescheduled on every message."""
+        if self._tick_queued:
+            return  # armed again once that tick is handled
+        due = node.next_tick_ms()
+        if due is None or (self._timer_due_ms is not None and self._timer_due_ms <= due):
+            return
+        self._disarm()
+        self._timer_due_ms = due
+        # +1 ms: the node's clock is whole milliseconds, truncated; never wake just before.
+        delay = max(0, due + 1 - _now_ms()) / 1000
+        self._timer = asyncio.get_running_loop().call_later(delay, self._due)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_due_ms = None, None
+
+    def _due(self) -> None:
+        self._timer, self._timer_due_ms = None, None
+        if not self._tick_queued:
+            self._tick_queued = True
+            self._inbox.put_nowait(_Tick())
 
     async def _run(self) -> None:
         node = self.node
         while True:
+            self._arm(node)
             item = await self._inbox.get()
             if isinstance(item, _Tick):
                 self._tick_queued = False

@@ -9,6 +9,8 @@ Inputs (each returns the actions it produced, in order; ``propose`` leaves its a
 the next call or for ``take_actions()``, so several proposals can share one ``Persist``):
 
 - ``tick(now_ms)``: the clock moved. Drives election timeouts, heartbeats and check-quorum.
+  ``next_tick_ms()`` says when a tick next has something to do, so the owner need not wake
+  on a fixed period.
 - ``receive(message, now_ms=None)``: a message from a peer (``strom.controller.messages``).
 - ``propose(command) -> Proposal(index, term) | NotLeader(leader_hint)``: append to the log.
 - ``compact(index, data)``: the caller's state machine snapshot as of applied ``index``.
@@ -310,6 +312,24 @@ class RaftNode:
         k = index - self._snap.index - 1
         if 0 <= k < len(self._entries):
             return self._entries[k].term
+        return None
+
+    def next_tick_ms(self) -> int | None:
+        """The earliest time at which ``tick`` has something to do, or None when no time
+        ever will (an observer only follows messages).
+
+        Why: ``tick`` only acts on three deadlines - the leader's next heartbeat, its next
+        check-quorum, a voter's election deadline - so an owner that ticks exactly then (and
+        again after any input, which may move them) behaves as one that ticks every few ms,
+        without waking 100 times a second on an idle cluster. A tick before this time is
+        harmless (it does nothing); a tick later is late by as much, as with a fixed period.
+        """
+        if self._role is Role.LEADER:
+            if self._cfg.check_quorum:
+                return min(self._next_heartbeat, self._next_quorum_check)
+            return self._next_heartbeat
+        if self.is_voter:
+            return self._election_deadline
         return None
 
     # ---- inputs ------------------------------------------------------------------------------

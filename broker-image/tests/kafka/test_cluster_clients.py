@@ -147,3 +147,67 @@ def test_idempotent_librdkafka_producer_survives_kill_9_of_the_leader(tmp_path: 
                 values.append(int(m.value()))
         c.close()
         assert values == list(range(3000))  # once each, in order, nothing lost
+
+
+def test_kafka_python_and_aiokafka_on_three_brokers_rf3(tmp_path: Path) -> None:
+    """Issue 14's other two PyPI clients at 3 brokers, RF=3 (their 1-broker tests are in
+    test_produce_fetch_clients): each produces with acks=all to 6 partitions led by different
+    brokers (routed by the listener's advertised addresses), and each reads what both wrote,
+    kafka-python by assign, aiokafka in a group that commits."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+
+    with running_cluster(tmp_path, brokers=3) as cluster, cluster.admin() as admin:
+        admin.create_topic("both", partitions=6, replication_factor=3)
+        meta = _metadata_with_partitions(Producer({"bootstrap.servers": cluster.kafka_bootstrap}),
+                                         "both", 6)
+        assert len({pm.leader for pm in meta.topics["both"].partitions.values()}) > 1
+        bootstrap = cluster.kafka_bootstrap
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        futures = [producer.send("both", b"kp%d" % i, partition=i % 6) for i in range(120)]
+        producer.flush(60)
+        assert sorted(f.get(30).offset for f in futures) == sorted(
+            o for _ in range(6) for o in range(20))
+        producer.close()
+
+        async def aio() -> tuple[list[bytes], int | None]:
+            p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                 enable_idempotence=True)
+            await p.start()
+            try:
+                for i in range(120):
+                    await p.send("both", b"aio%d" % i, partition=i % 6)
+                await p.flush()
+            finally:
+                await p.stop()
+            c = AIOKafkaConsumer("both", bootstrap_servers=bootstrap, group_id="both-aio",
+                                 auto_offset_reset="earliest", enable_auto_commit=False)
+            await c.start()
+            try:
+                got: list[bytes] = []
+                deadline = time.monotonic() + 60
+                while len(got) < 240 and time.monotonic() < deadline:
+                    batches = await c.getmany(timeout_ms=500)
+                    got += [m.value for msgs in batches.values() for m in msgs]
+                await c.commit()
+                committed = await c.committed(__import__("aiokafka").TopicPartition("both", 0))
+            finally:
+                await c.stop()
+            return got, committed
+
+        got, committed = asyncio.run(aio())
+        expected = {b"kp%d" % i for i in range(120)} | {b"aio%d" % i for i in range(120)}
+        assert sorted(got) == sorted(expected) and committed == 40
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                 consumer_timeout_ms=10_000)
+        consumer.assign([KTP("both", p) for p in range(6)])
+        read: list[bytes] = []
+        for m in consumer:
+            read.append(m.value)
+            if len(read) == 240:
+                break
+        consumer.close()
+        assert sorted(read) == sorted(expected)

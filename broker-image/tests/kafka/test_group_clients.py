@@ -173,3 +173,36 @@ def test_commits_from_a_kafka_consumer_are_read_by_a_strom_consumer(
         while len(values) < 3 and time.monotonic() < deadline:
             values += [r.value for r in s.poll(200)]
     assert values == [b"7", b"8", b"9"]
+
+
+def test_a_kafka_member_and_a_strom_member_share_one_group_at_once(
+        broker: BrokerProcess) -> None:
+    """Issue 14: one group, two live members on two protocols (librdkafka over the Kafka
+    listener, Strom's client over gRPC), one coordinator: the range assignor gives each one
+    partition, and together they read every record once."""
+    topic = new_topic(broker, partitions=2)
+    group = f"{topic}-mixed"
+    kafka = _consumer(broker, group)
+    kafka.subscribe([topic])
+    kafka_values: list[bytes] = []
+    strom_values: list[bytes] = []
+    with StromConsumer(broker.bootstrap, group_id=group, auto_offset_reset="earliest",
+                       enable_auto_commit=False) as strom:
+        strom.subscribe([topic])
+
+        def step() -> None:
+            m = kafka.poll(0.1)
+            if m is not None and m.error() is None:
+                kafka_values.append(m.value())
+            strom_values.extend(r.value for r in strom.poll(100))
+
+        shared = _until(lambda: len(kafka.assignment()) == 1 == len(strom.assignment()), 60,
+                        step)
+        assert shared, (kafka.assignment(), strom.assignment())
+        _fill(broker, topic, 2, 40)  # after the rebalance: no partition changes hands now
+        assert _until(lambda: len(kafka_values) + len(strom_values) >= 40, 60, step), (
+            len(kafka_values), len(strom_values))
+        assert {tp.partition for tp in kafka.assignment()} | {
+            tp.partition for tp in strom.assignment()} == {0, 1}
+    assert sorted(kafka_values + strom_values) == sorted(b"%d" % i for i in range(40))
+    assert len(kafka_values) == len(strom_values) == 20  # one partition each

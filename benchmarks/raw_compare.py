@@ -15,6 +15,7 @@ median run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -107,7 +108,7 @@ def measure(bootstrap: str, kafka_bootstrap: str, broker_pid: int,
                 topic = f"raw-{label}-{rep}-{'g' if system == GRPC_RAW else 'k'}"
                 create(topic, parts)
                 progress(f"kafka-listener: {system}, {label}, run {rep + 1}/{reps}")
-                with clients[system]() as client:
+                with contextlib.closing(clients[system]()) as client:
                     before, mine0 = cpu_seconds(broker_pid), time.process_time()
                     p = client.produce(topic, parts, n, size, batch_records(size))
                     middle, mine1 = cpu_seconds(broker_pid), time.process_time()

@@ -62,7 +62,8 @@ def check_produced(response: broker_pb2.ProduceResponse) -> None:
 
 
 class RawGrpc:
-    """One channel; :meth:`catch_up` and :meth:`produce` time one run each."""
+    """One channel; :meth:`catch_up` and :meth:`produce` time one run each; :meth:`close` it
+    (``contextlib.closing``)."""
 
     def __init__(self, bootstrap: str) -> None:
         self._channel = grpc.insecure_channel(bootstrap, options=_OPTIONS)
@@ -75,11 +76,6 @@ class RawGrpc:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> RawGrpc:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def catch_up(self, topic: str, partitions: int, records: int, value_size: int, *,
                  max_bytes: int, partition_max_bytes: int, max_wait_ms: int = 500

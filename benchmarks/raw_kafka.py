@@ -119,7 +119,7 @@ def check_produced(answer: bytes | memoryview) -> None:
 
 class RawKafka:
     """One connection to a Kafka listener; :meth:`catch_up` and :meth:`produce` time one run
-    each."""
+    each; :meth:`close` it (``contextlib.closing``)."""
 
     def __init__(self, bootstrap: str) -> None:
         host, _, port = bootstrap.rpartition(":")
@@ -130,11 +130,6 @@ class RawKafka:
     def close(self) -> None:
         self._socket.close()
 
-    def __enter__(self) -> RawKafka:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _next_id(self) -> int:
         self._correlation += 1

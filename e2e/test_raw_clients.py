@@ -4,6 +4,7 @@ library) and one short run of each against a real broker that must see the same 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import io
@@ -191,7 +192,8 @@ def test_both_raw_clients_write_and_read_the_same_log(bench: dict[str, ModuleTyp
     with running_broker(tmp_path / "broker") as broker:
         with Admin(broker.bootstrap) as admin:
             admin.create_topic("raw", partitions=2, replication_factor=1)
-        with rg.RawGrpc(broker.bootstrap) as g, rk.RawKafka(broker.kafka_bootstrap) as k:
+        with contextlib.closing(rg.RawGrpc(broker.bootstrap)) as g, \
+                contextlib.closing(rk.RawKafka(broker.kafka_bootstrap)) as k:
             assert g.produce("raw", 2, 700, 100, 300).records == 1200  # 2 requests of 2 x 300
             assert k.produce("raw", 2, 600, 100, 300).records == 600
             for client in (g, k):

@@ -6,6 +6,7 @@ import io
 import itertools
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,10 +24,37 @@ _names = itertools.count()
 @pytest.fixture(scope="module")
 @starts_processes
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("kafka"),
-                        config={"group.initial.rebalance.delay.ms": "0"}) as b:
+    yield from checked_broker(tmp_path_factory, "kafka", {"group.initial.rebalance.delay.ms": "0"})
+
+
+def checked_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
+                   config: dict[str, str]) -> Iterator[BrokerProcess]:
+    """A module fixture's broker with ``config``, checked for internal errors afterwards."""
+    with running_broker(tmp_path_factory.mktemp(name), config=config) as b:
         yield b
     assert_no_internal_errors(b)
+
+
+async def read_in_group(bootstrap: str, topic: str, group: str, count: int
+                        ) -> tuple[list[bytes], int | None]:
+    """aiokafka in ``group`` reads ``count`` values of ``topic`` (bounded: 60 s), commits,
+    and returns them with partition 0's committed offset."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(values) < count and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            values += [m.value for msgs in batches.values() for m in msgs]
+        await consumer.commit()
+        committed: int | None = await consumer.committed(TopicPartition(topic, 0))
+    finally:
+        await consumer.stop()
+    return values, committed
 
 
 def assert_no_internal_errors(broker: BrokerProcess) -> None:

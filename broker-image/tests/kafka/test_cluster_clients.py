@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from strom.testing import Cluster, running_cluster
 
-from .conftest import kafka_call
+from .conftest import kafka_call, read_in_group
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +156,7 @@ def test_kafka_python_and_aiokafka_on_three_brokers_rf3(tmp_path: Path) -> None:
     kafka-python by assign, aiokafka in a group that commits."""
     import asyncio
 
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import AIOKafkaProducer
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTP
 
@@ -183,20 +183,7 @@ def test_kafka_python_and_aiokafka_on_three_brokers_rf3(tmp_path: Path) -> None:
                 await p.flush()
             finally:
                 await p.stop()
-            c = AIOKafkaConsumer("both", bootstrap_servers=bootstrap, group_id="both-aio",
-                                 auto_offset_reset="earliest", enable_auto_commit=False)
-            await c.start()
-            try:
-                got: list[bytes] = []
-                deadline = time.monotonic() + 60
-                while len(got) < 240 and time.monotonic() < deadline:
-                    batches = await c.getmany(timeout_ms=500)
-                    got += [m.value for msgs in batches.values() for m in msgs]
-                await c.commit()
-                committed = await c.committed(__import__("aiokafka").TopicPartition("both", 0))
-            finally:
-                await c.stop()
-            return got, committed
+            return await read_in_group(bootstrap, "both", "both-aio", 240)
 
         got, committed = asyncio.run(aio())
         expected = {b"kp%d" % i for i in range(120)} | {b"aio%d" % i for i in range(120)}

@@ -21,10 +21,10 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
 
 from strom.client import Admin, Producer
-from strom.testing import BrokerProcess, running_broker
+from strom.testing import BrokerProcess
 from strom.testing.process import starts_processes
 
-from .conftest import assert_no_internal_errors
+from .conftest import checked_broker
 
 pytestmark = pytest.mark.integration
 
@@ -189,10 +189,7 @@ def _until(what: str, ok: Callable[[], bool], timeout_s: float = 30.0) -> None:
 @starts_processes
 def impatient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A broker that drops a connection idle for 1.5 s (Kafka's connections.max.idle.ms)."""
-    with running_broker(tmp_path_factory.mktemp("idle"),
-                        config={"connections.max.idle.ms": "1500"}) as b:
-        yield b
-    assert_no_internal_errors(b)
+    yield from checked_broker(tmp_path_factory, "idle", {"connections.max.idle.ms": "1500"})
 
 
 def test_slow_half_open_and_unread_connections_are_closed_after_the_idle_time(

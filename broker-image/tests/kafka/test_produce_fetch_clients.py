@@ -14,7 +14,7 @@ from strom.client import Producer as StromProducer
 from strom.client import TopicPartition as StromTP
 from strom.testing import BrokerProcess
 
-from .conftest import new_topic
+from .conftest import new_topic, read_in_group
 
 pytestmark = pytest.mark.integration
 
@@ -172,7 +172,7 @@ def test_kafka_python_produces_and_consumes(broker: BrokerProcess) -> None:
 
 
 async def test_aiokafka_produces_and_consumes_by_group(broker: BrokerProcess) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import AIOKafkaProducer
 
     topic = new_topic(broker, partitions=2)
     producer = AIOKafkaProducer(bootstrap_servers=broker.kafka_bootstrap, acks="all",
@@ -185,19 +185,6 @@ async def test_aiokafka_produces_and_consumes_by_group(broker: BrokerProcess) ->
         await producer.stop()
     assert sorted((m.partition, m.offset) for m in sent) == sorted(
         (p, o) for p in (0, 1) for o in range(10))
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker.kafka_bootstrap,
-                                group_id=f"{topic}-aio", auto_offset_reset="earliest",
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        values: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while len(values) < 20 and time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=500)
-            values += [m.value for msgs in batches.values() for m in msgs]
-        await consumer.commit()
-        committed = await consumer.committed(__import__("aiokafka").TopicPartition(topic, 0))
-    finally:
-        await consumer.stop()
+    values, committed = await read_in_group(broker.kafka_bootstrap, topic, f"{topic}-aio", 20)
     assert sorted(values) == sorted(b"a%d" % i for i in range(20))
     assert committed == 10

@@ -16,9 +16,9 @@ import pytest
 
 from strom.protocol.records import decode_batches, encode_batch
 from strom.storage import LogConfig, PartitionLog, fileops
-from strom.storage.checkpoint import read_values
+from strom.storage.dir_checkpoint import MARKER_SOURCE, RECOVERY_POINTS, read_offsets
 from strom.storage.fileops import Faults
-from strom.storage.manager import MARKER_SOURCE, LogManager
+from strom.storage.manager import LogManager
 
 from .conftest import Clock, OpenLog, batch
 
@@ -123,9 +123,9 @@ def test_stopping_a_broker_fsyncs_per_directory_not_per_log(
     dirs = [p for d in ("a", "b") for p in (tmp_path / d).iterdir()]
 
     def state() -> tuple[int, int]:
-        ends = sum(1 for p in dirs
-                   if (read_values(p / "recovery-point-checkpoint") or {}).get("recovery-point")
-                   == 1)
+        points = {**(read_offsets(tmp_path / "a" / RECOVERY_POINTS) or {}),
+                  **(read_offsets(tmp_path / "b" / RECOVERY_POINTS) or {})}
+        ends = sum(1 for offset in points.values() if offset == 1)
         return ends, sum(1 for p in dirs if (p / ".clean-shutdown").exists())
 
     def syncfs(fd: int) -> None:

@@ -42,15 +42,22 @@ from strom.protocol.batch import (
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import Compression, decode_batches, recompress
 from strom.protocol.validation import RecordPolicy, validate_records
-from strom.storage import compaction, partition_metadata, producer_state, recovery, retention
+from strom.storage import (
+    compaction,
+    dir_checkpoint,
+    partition_metadata,
+    producer_state,
+    recovery,
+    retention,
+)
 from strom.storage.checkpoint import (
     CLEAN_SHUTDOWN,
     RECOVERY_CHECKPOINT,
     fsync_dir,
-    read_values,
     write_values,
 )
 from strom.storage.config import INT32_MAX, LogConfig
+from strom.storage.dir_checkpoint import NO_PRODUCERS_AT, DirCheckpoints, LogOffsets
 from strom.storage.epoch import FILE_NAME as EPOCH_FILE
 from strom.storage.epoch import LeaderEpochCache
 from strom.storage.producer_state import DEFAULT_EXPIRATION_MS, ProducerStateManager
@@ -83,6 +90,8 @@ class _Deferred:
     """What a deferred open keeps for the load on first use."""
 
     producer_id_expiration_ms: int
+    values: dict[str, int]
+    """The offsets it opened with (its log directory's checkpoint or its own)."""
 
 
 _T = TypeVar("_T")
@@ -191,7 +200,7 @@ class PartitionLog:
     def open(cls, directory: Path, config: LogConfig, *, topic: str, partition: int,
              clock: Callable[[], int] = wall_clock_ms,
              producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
-             defer: bool = False) -> PartitionLog:
+             defer: bool = False, dirs: DirCheckpoints | None = None) -> PartitionLog:
         """Open the log in ``directory``, creating it if new, recovering it if not.
 
         A new log (the directory did not exist) is not flushed: it holds nothing to make
@@ -205,7 +214,11 @@ class PartitionLog:
         watermark, what a partition needs to lead - and the rest (segments, indexes, the tail
         check, epochs, producer state) on first use or from :meth:`load`. A broker with 10,000
         clean partitions spent 7.8 s opening them before it could serve (issue 21 item 5). A
-        log that was not shut down cleanly is recovered at once whatever ``defer`` says."""
+        log that was not shut down cleanly is recovered at once whatever ``defer`` says.
+
+        ``dirs``: the log directory's checkpoint files, as the log manager read them once for
+        all its logs (None: read here); which offsets count is
+        :func:`strom.storage.dir_checkpoint.resolve`'s rule."""
         path = os.fspath(directory)  # os.path, not pathlib, below: done for every partition
         existed = False
         try:
@@ -217,14 +230,15 @@ class PartitionLog:
         if not existed:
             return cls._create(directory, config, topic=topic, partition=partition, clock=clock,
                                producer_id_expiration_ms=producer_id_expiration_ms)
-        values = read_values(os.path.join(path, RECOVERY_CHECKPOINT)) if defer else None
-        if values is not None and os.path.exists(os.path.join(path, CLEAN_SHUTDOWN)):
+        values, clean = dir_checkpoint.resolve(path, (topic, partition), dirs)
+        if defer and clean and values is not None:
             self = cls._open_deferred(directory, config, topic=topic, partition=partition,
                                       clock=clock, values=values,
                                       producer_id_expiration_ms=producer_id_expiration_ms)
         else:
             self = cls._open_now(directory, config, topic=topic, partition=partition,
-                                 clock=clock, producer_id_expiration_ms=producer_id_expiration_ms)
+                                 clock=clock, producer_id_expiration_ms=producer_id_expiration_ms,
+                                 values=values, clean=clean)
         self.topic_id = partition_metadata.read_topic_id(path)
         return self
 
@@ -240,7 +254,7 @@ class PartitionLog:
                    segments=[], log_start_offset=log_start, high_watermark=hw,
                    epochs=LeaderEpochCache(directory))
         self._end = self._recovery_point = end
-        self._deferred = _Deferred(producer_id_expiration_ms)
+        self._deferred = _Deferred(producer_id_expiration_ms, values)
         for part in (cls._segments, cls._bases, cls._epochs, cls._producers):
             part.forget(self)  # read by load(), on first use
         self._touched, self._marker_kept = False, True
@@ -264,7 +278,8 @@ class PartitionLog:
         try:
             full = type(self)._open_now(
                 self.directory, self.config, topic=self.topic, partition=self.partition,
-                clock=self._clock, producer_id_expiration_ms=deferred.producer_id_expiration_ms)
+                clock=self._clock, producer_id_expiration_ms=deferred.producer_id_expiration_ms,
+                values=deferred.values, clean=True)
         except OSError as exc:
             self.take_offline(_io_reason(exc))
             if self.on_io_error is not None:
@@ -290,12 +305,15 @@ class PartitionLog:
 
     @classmethod
     def _open_now(cls, directory: Path, config: LogConfig, *, topic: str, partition: int,
-                  clock: Callable[[], int], producer_id_expiration_ms: int) -> PartitionLog:
+                  clock: Callable[[], int], producer_id_expiration_ms: int,
+                  values: dict[str, int] | None, clean: bool) -> PartitionLog:
+        """``values``/``clean``: the offsets to open with and whether the last shutdown was
+        clean (:func:`strom.storage.dir_checkpoint.resolve`); clean only while the marker is
+        still there (a deferred log changed before its load is not)."""
         started = time.monotonic()
         marker = directory / CLEAN_SHUTDOWN
         names = os.listdir(directory)  # one listing for the whole open
-        values = read_values(directory / RECOVERY_CHECKPOINT)
-        clean = CLEAN_SHUTDOWN in names and values is not None
+        clean = clean and CLEAN_SHUTDOWN in names and values is not None
         values = values or {}
         epochs = LeaderEpochCache.load(directory / EPOCH_FILE)
         epochs_before = epochs.entries
@@ -325,7 +343,8 @@ class PartitionLog:
         if epochs.entries != epochs_before:
             epochs.unsaved = True  # saved by the flush below (a failed disk: read-only)
         self._producers.expiration_ms = producer_id_expiration_ms
-        self._rebuild_producer_state(names)
+        self._rebuild_producer_state(
+            names, empty_at=values.get(NO_PRODUCERS_AT, -1) if clean else -1)
         self._touched = not clean or any(seg.dirty for seg in segments) or epochs.unsaved
         self._marker_kept = not self._touched
         try:
@@ -1047,16 +1066,23 @@ class PartitionLog:
     def producer_state(self) -> ProducerStateManager:
         return self._producers
 
-    def _rebuild_producer_state(self, names: list[str] | None = None) -> None:
+    def _rebuild_producer_state(self, names: list[str] | None = None, *,
+                                empty_at: int = -1) -> None:
         """Load the newest snapshot within the log and replay batch headers from it to the end.
 
         Only headers are read (no decompression); after a clean close the snapshot sits at the
-        log end, so nothing is replayed. ``names``: the directory's listing, if already read
+        log end, so nothing is replayed. ``empty_at``: the offset at which a clean stop
+        recorded that the log had no producer state and wrote no snapshot
+        (:data:`strom.storage.dir_checkpoint.NO_PRODUCERS`); if it is the end, the state is
+        empty without reading anything. ``names``: the directory's listing, if already read
         (snapshots it names past the end are deleted, and the rest are at most ``end``).
         """
         end = self.log_end_offset
         producer_state.delete_snapshots(self.directory, above=end, names=names)
         expiration = self._producers.expiration_ms
+        if empty_at == end:
+            self._producers = ProducerStateManager(expiration, end)
+            return
         state = producer_state.load_latest(self.directory, end, expiration, names)
         if state is None:
             state = ProducerStateManager(expiration, self._segments[0].base_offset)
@@ -1155,33 +1181,63 @@ class PartitionLog:
         self.mark_clean()
         return False
 
-    def write_close_checkpoints(self, *, sync: bool = False) -> None:
-        """The recovery checkpoint at the log end and the producer snapshot a clean close
-        leaves; after ``close(sync=False)`` only once the data files are durable."""
-        self._commit_recovery_point(sync=sync)
-        self._producers.end_offset = max(self._producers.end_offset, self.log_end_offset)
-        producer_state.write_snapshot(self.directory, self._producers, sync=sync)
+    def write_close_checkpoints(self, *, sync: bool = False, own_checkpoint: bool = True
+                                ) -> None:
+        """The recovery point at the log end and the producer snapshot a clean close leaves;
+        after ``close(sync=False)`` only once the data files are durable.
 
-    def mark_clean(self, *, sync: bool = True, link_from: Path | None = None) -> None:
+        ``own_checkpoint=False``: the recovery point moves in memory only, for the log
+        directory's checkpoint files that the log manager writes next
+        (:func:`strom.storage.dir_checkpoint.write_dir`): a file per log was a new inode per
+        log at every stop; and no snapshot is written for a log without producer state (those
+        files record that instead, :meth:`close_offsets`; Kafka writes a snapshot per log)."""
+        if own_checkpoint:
+            self._commit_recovery_point(sync=sync)
+        else:
+            self._recovery_point = self.log_end_offset
+            self._unflushed_messages = 0
+        self._producers.end_offset = max(self._producers.end_offset, self.log_end_offset)
+        if own_checkpoint or self._producers.producers:
+            producer_state.write_snapshot(self.directory, self._producers, sync=sync)
+
+    def close_offsets(self) -> LogOffsets:
+        """What the log directory's checkpoint files record for this log at a clean stop."""
+        deferred = self._deferred
+        if deferred is not None:  # known only if its last stop recorded it
+            no_producers = deferred.values.get(NO_PRODUCERS_AT, -1) == self._end
+        else:
+            no_producers = (not self._producers.producers
+                            and self._recovery_point == self.log_end_offset)
+        return LogOffsets(self.topic, self.partition, self._recovery_point,
+                          self._log_start_offset, self._hw if self._hw_managed else -1,
+                          no_producers)
+
+    def mark_clean(self, *, sync: bool = True, link_from: Path | None = None,
+                   text: bytes = b"") -> None:
         """Write the clean-shutdown marker of a closed log: only once everything the close
         wrote is durable (the marker tells the next start that no recovery is needed).
 
-        ``link_from``: an empty file on the same file system to hard-link as the marker
-        (only its name matters): allocating an inode costs ~0.46 ms of CPU on this machine's
+        ``link_from``: a file on the same file system holding ``text``, hard-linked as the
+        marker: allocating an inode costs ~0.46 ms of CPU on this machine's
         ext4 and a link 9 us, for each of 10,000 logs at a broker's stop. Falls back to
-        creating the file (e.g. EMLINK past ext4's 65,000 links)."""
-        marker = self.directory / CLEAN_SHUTDOWN
+        creating the file (e.g. EMLINK past ext4's 65,000 links). ``text``: what the marker
+        holds (``link_from``'s content; :data:`strom.storage.dir_checkpoint.MARKER_TEXT` when
+        the offsets are in the log directory's checkpoint files, empty when in the log's own)."""
+        marker = self.directory / CLEAN_SHUTDOWN  # gone: the close's flush removed it
         linked = False
         if link_from is not None:
             try:
                 os.link(link_from, marker)
                 linked = True
-            except FileExistsError:
-                linked = True
             except OSError:
                 pass
         if not linked:
-            marker.touch()
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                if text:
+                    os.write(fd, text)
+            finally:
+                os.close(fd)
         if sync:
             fsync_dir(self.directory)
 

@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from strom.protocol.errors import ErrorCode, StromError
-from strom.storage import fileops
+from strom.storage import dir_checkpoint, fileops
 from strom.storage.config import LogConfig
+from strom.storage.dir_checkpoint import DirCheckpoints
 from strom.storage.due import DueQueue
 from strom.storage.log import PartitionLog, wall_clock_ms
 from strom.storage.producer_state import DEFAULT_EXPIRATION_MS
@@ -53,8 +54,6 @@ log = logging.getLogger(__name__)
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _DELETING_SUFFIX = ".deleting"
 _PROBE_FILE = ".write-probe"
-MARKER_SOURCE = ".clean-shutdown-source"
-"""An empty file per log directory; each log's clean-shutdown marker is a hard link to it."""
 _PROGRESS_SECONDS = 5.0
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -165,9 +164,11 @@ class LogManager:
         """Open (and recover) every partition found in the log directories; ``defer``: leave
         the reading of cleanly shut down logs to their first use or :meth:`load_deferred`."""
         found: list[tuple[Path, str, int]] = []
+        checkpoints: dict[Path, DirCheckpoints] = {}
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._probe(log_dir)
+            checkpoints[log_dir] = DirCheckpoints.read(log_dir)
             with os.scandir(log_dir) as entries:  # the file type comes with the listing
                 dirs = sorted(e.name for e in entries if e.is_dir())
             for name in dirs:
@@ -192,7 +193,7 @@ class LogManager:
             return PartitionLog.open(path, config, topic=topic, partition=partition,
                                      clock=self._clock,
                                      producer_id_expiration_ms=self.producer_id_expiration_ms,
-                                     defer=defer)
+                                     defer=defer, dirs=checkpoints[path.parent])
 
         for done, plog in enumerate(self._in_parallel(open_one, found), start=1):
             self._logs[(plog.topic, plog.partition)] = self._adopt(plog)
@@ -363,10 +364,13 @@ class LogManager:
         ~7 fsyncs per changed log (a broker that had written to each of 10,000 partitions
         took 22.5 s to stop, issue 21 item 5; Kafka fsyncs per log but writes one checkpoint
         per directory). The steps keep a per-file close's order: the changed logs write their
-        index entries and epoch caches, syncfs; their recovery checkpoints and producer
-        snapshots, syncfs; their clean-shutdown markers, syncfs. A directory whose ``syncfs``
-        fails gets no markers: its logs recover at the next start. Where ``syncfs`` cannot
-        report errors (not Linux 5.8+), each log fsyncs its own files."""
+        index entries and epoch caches, syncfs; their producer snapshots (only those with
+        producer state) and each log directory's three checkpoint files (as Kafka's
+        ``recovery-point-offset-checkpoint`` and friends: no new file per log), syncfs; their
+        clean-shutdown markers, syncfs. A directory whose ``syncfs`` or checkpoint write fails
+        gets no markers: its logs recover at the next start. Where ``syncfs`` cannot report
+        errors (not Linux 5.8+), each log fsyncs its own files and writes its own checkpoint
+        (an empty marker says so, :mod:`strom.storage.dir_checkpoint`)."""
         started = time.monotonic()
         logs = list(self._logs.values())
         handles = self._sync_handles(logs) if fileops.syncfs_available() else None
@@ -410,7 +414,7 @@ class LogManager:
 
         def checkpoint_one(plog: PartitionLog) -> bool:
             try:
-                plog.write_close_checkpoints()
+                plog.write_close_checkpoints(own_checkpoint=False)
             except Exception:
                 log.exception("closing %s-%d failed", plog.topic, plog.partition)
                 return False
@@ -420,23 +424,54 @@ class LogManager:
                                               strict=True) if more]
         if handles is None:
             return
-        sources = {directory: _marker_source(directory) for directory in handles}
+        synced = self._syncfs(handles)  # the data files
+        pending = [plog for plog in pending if plog.directory.parent in synced]
+        pending = [plog for plog, ok in zip(pending, self._in_parallel(checkpoint_one, pending),
+                                            strict=True) if ok]
+        written = self._write_dir_checkpoints(logs, {p.directory.parent for p in pending})
+        # the markers' source holds text that must be durable before any marker links it
+        sources = {d: dir_checkpoint.make_marker_source(d) for d in written}
+        synced = self._syncfs(handles)  # the snapshots, checkpoints and markers' source
+        pending = [plog for plog in pending
+                   if plog.directory.parent in synced and plog.directory.parent in written]
 
         def mark_one(plog: PartitionLog) -> bool:
             try:
-                plog.mark_clean(sync=False, link_from=sources[plog.directory.parent])
+                plog.mark_clean(sync=False, link_from=sources[plog.directory.parent],
+                                text=dir_checkpoint.MARKER_TEXT)
             except OSError as exc:
                 log.warning("%s-%d: cannot write its clean-shutdown marker (%s); it recovers "
                             "at the next start", plog.topic, plog.partition, exc)
                 return False
             return True
 
-        for step in (checkpoint_one, mark_one):
-            synced = self._syncfs(handles)
-            pending = [plog for plog in pending if plog.directory.parent in synced]
-            pending = [plog for plog, ok in zip(pending, self._in_parallel(step, pending),
-                                                strict=True) if ok]
+        list(self._in_parallel(mark_one, pending))
         self._syncfs(handles)  # the markers: if they do not last, the next start recovers
+
+    def _write_dir_checkpoints(self, logs: Sequence[PartitionLog], changed: set[Path]
+                               ) -> set[Path]:
+        """Write the checkpoint files of each log directory in ``changed`` (those with a log
+        that changed) for all its logs that are not offline, without an fsync (the caller's
+        ``syncfs`` follows); the directories written."""
+        by_dir: dict[Path, list[PartitionLog]] = {d: [] for d in changed}
+        for plog in logs:
+            directory = plog.directory.parent
+            if directory in by_dir and plog.offline is None:
+                by_dir[directory].append(plog)
+        written: set[Path] = set()
+        for directory, members in by_dir.items():
+            if directory in self.offline_dirs:
+                continue
+            try:
+                dir_checkpoint.write_dir(directory, (p.close_offsets() for p in members),
+                                         sync=False)
+            except OSError as exc:
+                log.error("log directory %s: writing its checkpoint files failed (%s); its "
+                          "changed logs get no clean-shutdown marker and recover at the next "
+                          "start", directory, exc)
+                continue
+            written.add(directory)
+        return written
 
     @staticmethod
     def _syncfs(handles: dict[Path, int]) -> set[Path]:
@@ -468,14 +503,3 @@ class LogManager:
             for results in pool.map(lambda chunk: [work(item) for item in chunk], chunks):
                 yield from results
 
-
-
-def _marker_source(log_dir: Path) -> Path | None:
-    """An empty file in ``log_dir`` that clean-shutdown markers are hard-linked to (see
-    :meth:`PartitionLog.mark_clean`); None if it cannot be made (markers are then created)."""
-    source = log_dir / MARKER_SOURCE
-    try:
-        os.close(os.open(source, os.O_WRONLY | os.O_CREAT, 0o644))
-    except OSError:
-        return None
-    return source

@@ -10,7 +10,6 @@ import argparse
 import sys
 
 from strom.broker.config import ConfigError, load_config
-from strom.broker.server import run
 
 
 def parse_sets(pairs: list[str]) -> dict[str, str]:
@@ -35,8 +34,23 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"strom broker: config error: {err}", file=sys.stderr)
         return 2
+    from strom.broker.server import run  # after the config: a config error answers at once
+
     return run(config)
 
 
+def skip_test_only_imports() -> None:
+    """Make ``import hypothesis`` fail in this broker process.
+
+    kio imports hypothesis whenever it is installed - a test-only dependency of the dev
+    environment, absent from the broker image - and registers a strategy per type: ~0.3 s of
+    CPU and 1-5 s of wall time at load 15 in every broker start of the tests and benchmarks
+    (issue 21 item 5). A ``None`` entry in ``sys.modules`` makes the import raise
+    ImportError, which kio handles. Only for a process started as the broker (``python -m
+    strom.broker``), never in a test process that imports this module."""
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+
+
 if __name__ == "__main__":
+    skip_test_only_imports()
     sys.exit(main())

@@ -206,21 +206,29 @@ def test_topic_config_defaults(pair: Any, name: Callable[[str], str]) -> None:
     assert diffs == {}
 
 
-def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
-    """ApiVersions v3 over a raw connection: {api key: (min, max)}."""
+def raw_call(bootstrap: str, key: int, version: int, body: Any, response_type: Any,
+             header_bytes: int = 5) -> Any:
+    """One request over a raw connection to the first bootstrap address; the answer read by
+    kio after its header (4 bytes for ApiVersions' v0 header, else 5: flexible)."""
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
     buffer = io.BytesIO()
     entity_writer(RequestHeader)(buffer, RequestHeader(
-        request_api_key=18, request_api_version=3, correlation_id=7, client_id="compat"))
-    entity_writer(ApiVersionsRequest)(buffer, ApiVersionsRequest(
-        client_software_name="strom-compat", client_software_version="1"))
+        request_api_key=key, request_api_version=version, correlation_id=7, client_id="compat"))
+    entity_writer(type(body))(buffer, body)
     data = buffer.getvalue()
     with socket.create_connection((host, int(port)), timeout=30) as s:
         s.sendall(struct.pack(">i", len(data)) + data)
         size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
         frame = s.recv(size, socket.MSG_WAITALL)
     assert struct.unpack(">i", frame[:4])[0] == 7
-    response, _ = entity_reader(ApiVersionsResponse)(frame, 4)  # header v0: correlation id
+    return entity_reader(response_type)(frame, header_bytes)[0]
+
+
+def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
+    """ApiVersions v3 over a raw connection: {api key: (min, max)}."""
+    response = raw_call(bootstrap, 18, 3, ApiVersionsRequest(
+        client_software_name="strom-compat", client_software_version="1"),
+        ApiVersionsResponse, header_bytes=4)
     assert response.error_code == 0
     return {int(k.api_key): (int(k.min_version), int(k.max_version))
             for k in response.api_keys}
@@ -230,7 +238,7 @@ def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
 #: newer than Kafka 4.0 (clients pick the newest both serve) and Produce v0-2, which 4.3 serves
 #: again and Strom does not (Kafka 4.0 removed them, KIP-896).
 KAFKA_SERVES_MORE = {0: ((0, 13), (3, 13)), 1: ((4, 18), (4, 17)), 2: ((1, 11), (1, 10)),
-                     8: ((2, 10), (2, 9)), 9: ((1, 10), (1, 9)), 15: ((0, 6), (0, 5)),
+                     8: ((2, 10), (2, 9)), 9: ((1, 10), (1, 9)),
                      35: ((1, 5), (1, 4)), 45: ((0, 1), (0, 0))}
 
 
@@ -244,3 +252,41 @@ def test_api_versions_against_kafkas(pair: Any) -> None:
     assert different == KAFKA_SERVES_MORE
     assert all(max(kafka[k][0], strom[k][0]) <= min(kafka[k][1], strom[k][1]) for k in strom)
     assert {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 20, 22, 32} <= set(strom)
+
+
+def test_describe_groups_v6_answers_as_kafka(pair: Any, name: Callable[[str], str]) -> None:
+    """KIP-1043: DescribeGroups v6 of an unknown group is GROUP_ID_NOT_FOUND with a message
+    (still Dead); a group with only committed offsets is Empty. Same answers on both."""
+    from confluent_kafka import Consumer, TopicPartition
+    from kio.schema.describe_groups.v6 import request as dg_req
+    from kio.schema.describe_groups.v6 import response as dg_resp
+
+    topic, group, unknown = name("dg"), name("dg-offsets"), name("dg-none")
+
+    def scenario(server: Any) -> list[tuple[Any, ...]]:
+        client = admin(server.bootstrap)
+        client.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        wait_for_topic(client, topic, 1)
+        consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": group})
+        try:  # Kafka makes __consumer_offsets on the first use: NOT_COORDINATOR meanwhile
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    consumer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        finally:
+            consumer.close()
+        answer = raw_call(server.bootstrap, 15, 6, dg_req.DescribeGroupsRequest(
+            groups=(unknown, group), include_authorized_operations=False),
+            dg_resp.DescribeGroupsResponse)
+        return sorted((g.group_id, int(g.error_code), g.error_message, g.group_state,
+                       g.protocol_type, g.members) for g in answer.groups)
+
+    kafka, strom = (scenario(server) for server in pair.both())
+    assert strom == kafka == sorted([
+        (unknown, 69, f"Group {unknown} not found.", "Dead", "", ()),
+        (group, 0, None, "Empty", "", ())])

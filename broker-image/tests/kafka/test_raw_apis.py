@@ -174,3 +174,32 @@ def test_an_empty_topic_name_is_answered_not_a_closed_connection(broker: BrokerP
         dp_req.TopicRequest(name="", partition_indexes=(0,)),)),  # type: ignore[arg-type]
         dp_resp.DescribeProducersResponse)
     assert int(described.topics[0].partitions[0].error_code) == 17
+
+
+def test_describe_groups_v6_says_an_unknown_group_is_not_found(broker: BrokerProcess) -> None:
+    """KIP-1043 (Kafka 4.x): from v6 an unknown group is GROUP_ID_NOT_FOUND with Kafka's
+    message (and still Dead); v5 keeps the old answer; a group with only committed offsets is
+    Empty in both (the same answers the reference Kafka gives: e2e/compat/test_admin.py)."""
+    from confluent_kafka import Consumer, TopicPartition
+    from kio.schema.describe_groups.v5 import request as dg5_req
+    from kio.schema.describe_groups.v5 import response as dg5_resp
+    from kio.schema.describe_groups.v6 import request as dg6_req
+    from kio.schema.describe_groups.v6 import response as dg6_resp
+
+    topic = new_topic(broker)
+    group = f"{topic}-offsets-only"
+    c = Consumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": group})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+    finally:
+        c.close()
+    unknown = f"{topic}-nobody"
+    v6 = _call(broker, 15, 6, dg6_req.DescribeGroupsRequest(
+        groups=(unknown, group), include_authorized_operations=False),
+        dg6_resp.DescribeGroupsResponse)
+    assert [(g.group_id, int(g.error_code), g.error_message, g.group_state, g.members)
+            for g in v6.groups] == [(unknown, 69, f"Group {unknown} not found.", "Dead", ()),
+                                    (group, 0, None, "Empty", ())]
+    v5 = _call(broker, 15, 5, dg5_req.DescribeGroupsRequest(
+        groups=(unknown,), include_authorized_operations=False), dg5_resp.DescribeGroupsResponse)
+    assert [(int(g.error_code), g.group_state) for g in v5.groups] == [(0, "Dead")]

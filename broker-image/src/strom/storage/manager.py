@@ -111,12 +111,12 @@ class LogManager:
         Like Kafka, any I/O error (disk full, no file handle, EIO) fails the directory, not
         just the partition: the next write there would likely fail too, and a half-working
         disk is worse than an offline one. Its logs keep serving reads of what they hold."""
-        directory = plog.directory.parent
+        directory = plog.log_dir
         if directory in self.offline_dirs:
             return
         reason = plog.offline or f"{exc}"
         self.offline_dirs[directory] = reason
-        hit = [p for p in self._logs.values() if p.directory.parent == directory]
+        hit = [p for p in self._logs.values() if p.log_dir == directory]
         for other in hit:
             other.take_offline(reason)
         log.error("log directory %s is offline (%s, writing %s-%d): its %d partitions take no "
@@ -150,7 +150,7 @@ class LogManager:
         plog.on_io_error = self.io_error
         plog.on_check_due = self._schedule_check
         self._schedule_check(plog)
-        directory = plog.directory.parent
+        directory = plog.log_dir
         if directory in self.offline_dirs:
             plog.take_offline(self.offline_dirs[directory])
         elif plog.offline is not None:  # it could not even be opened for writing
@@ -237,7 +237,7 @@ class LogManager:
         if counts is None:
             counts = self._dir_counts = dict.fromkeys(self.log_dirs, 0)
             for plog in self._logs.values():
-                parent = plog.directory.parent
+                parent = plog.log_dir
                 if parent in counts:
                     counts[parent] += 1
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
@@ -390,7 +390,7 @@ class LogManager:
         (``syncfs`` reports the write-back errors seen since its descriptor was opened);
         None if one cannot be opened (then each log fsyncs its own files)."""
         handles: dict[Path, int] = {}
-        for directory in {plog.directory.parent for plog in logs}:
+        for directory in {plog.log_dir for plog in logs}:
             try:
                 handles[directory] = fileops.open(directory, os.O_RDONLY)
             except OSError as exc:
@@ -425,19 +425,19 @@ class LogManager:
         if handles is None:
             return
         synced = self._syncfs(handles)  # the data files
-        pending = [plog for plog in pending if plog.directory.parent in synced]
+        pending = [plog for plog in pending if plog.log_dir in synced]
         pending = [plog for plog, ok in zip(pending, self._in_parallel(checkpoint_one, pending),
                                             strict=True) if ok]
-        written = self._write_dir_checkpoints(logs, {p.directory.parent for p in pending})
+        written = self._write_dir_checkpoints(logs, {p.log_dir for p in pending})
         # the markers' source holds text that must be durable before any marker links it
         sources = {d: dir_checkpoint.make_marker_source(d) for d in written}
         synced = self._syncfs(handles)  # the snapshots, checkpoints and markers' source
         pending = [plog for plog in pending
-                   if plog.directory.parent in synced and plog.directory.parent in written]
+                   if plog.log_dir in synced and plog.log_dir in written]
 
         def mark_one(plog: PartitionLog) -> bool:
             try:
-                plog.mark_clean(sync=False, link_from=sources[plog.directory.parent],
+                plog.mark_clean(sync=False, link_from=sources[plog.log_dir],
                                 text=dir_checkpoint.MARKER_TEXT)
             except OSError as exc:
                 log.warning("%s-%d: cannot write its clean-shutdown marker (%s); it recovers "
@@ -455,7 +455,7 @@ class LogManager:
         ``syncfs`` follows); the directories written."""
         by_dir: dict[Path, list[PartitionLog]] = {d: [] for d in changed}
         for plog in logs:
-            directory = plog.directory.parent
+            directory = plog.log_dir
             if directory in by_dir and plog.offline is None:
                 by_dir[directory].append(plog)
         written: set[Path] = set()

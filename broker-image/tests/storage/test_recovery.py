@@ -169,3 +169,24 @@ def test_a_new_epoch_is_checkpointed_by_the_next_flush_and_rebuilt_after_a_crash
     crashed = PartitionLog.open(directory, LogConfig(), topic="t", partition=0, clock=clock)
     assert crashed.epochs == [(1, 0), (2, 2)]
     assert crashed.log_end_offset == 4
+
+
+def test_epochs_started_before_a_roll_survive_a_crash(tmp_path: Path, clock: Clock) -> None:
+    """A roll moves the recovery point past the rolled segment, so recovery no longer reads
+    its batches: an epoch that started there must be in the checkpoint by then. Before, the
+    roll wrote the recovery point but not the unsaved epochs: after kill -9 [(0, 0), (1, 3)]
+    came back as [(1, 7)], and a follower asking for epoch 0's end got a wrong answer."""
+    directory = tmp_path / "t-0"
+    config = LogConfig(segment_bytes=300)
+    log = PartitionLog.open(directory, config, topic="t", partition=0, clock=clock)
+    for i in range(3):
+        log.append_as_leader(batch(1, value=b"v" * 100, start=i), leader_epoch=0)
+    for i in range(3, 8):
+        log.append_as_leader(batch(1, value=b"v" * 100, start=i), leader_epoch=1)
+    assert log.epochs == [(0, 0), (1, 3)] and log.recovery_point == 7
+    for seg in log._segments:  # kill -9
+        seg.drop_fd()
+    crashed = PartitionLog.open(directory, config, topic="t", partition=0, clock=clock)
+    assert crashed.epochs == [(0, 0), (1, 3)]
+    assert crashed.end_offset_for_epoch(0) == (0, 3)
+    assert crashed.log_end_offset == 8

@@ -728,6 +728,8 @@ class PartitionLog:
         producer_state.write_snapshot(self.directory, self._producers)
         fsync_dir(self.directory)
         if not active.empty:
+            if self._epochs.unsaved:  # before the recovery point moves past its new entries
+                self._epochs.save()  # (recovery rebuilds epochs only past the recovery point)
             self._recovery_point = max(self._recovery_point, active.next_offset)
             self._write_checkpoint()
         return seg

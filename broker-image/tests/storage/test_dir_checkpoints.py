@@ -81,6 +81,29 @@ def written(root: Path, clock: Clock, partitions: int = 8) -> dict[int, list[byt
     return out
 
 
+def restarted(root: Path, clock: Clock, partition: int) -> tuple[LogManager, PartitionLog]:
+    """A manager that loaded the logs (deferred) and one of its logs."""
+    m = manager(root, clock)
+    m.load_all(defer=True)
+    plog = m.get("t", partition)
+    assert plog is not None
+    return m, plog
+
+
+def all_deferred(root: Path, clock: Clock, before: dict[int, list[bytes | None]],
+                 offsets: tuple[int, int, int]
+                 ) -> tuple[LogManager, dict[tuple[str, int], PartitionLog]]:
+    """A manager that opened every log from its checkpoints alone (no recovery), each with
+    ``offsets`` (log start, end, high watermark) and ``before``'s records."""
+    m = manager(root, clock)
+    logs = m.load_all(defer=True)
+    assert len(logs) == len(before) and not [plog for plog in logs.values() if plog.loaded]
+    for (_, p), plog in logs.items():
+        assert (plog.log_start_offset, plog.log_end_offset, plog.high_watermark) == offsets
+        assert values(plog) == before[p]
+    return m, logs
+
+
 def crash(m: LogManager) -> None:
     """kill -9: no close; the descriptors just go."""
     for plog in m.partitions().values():
@@ -111,12 +134,7 @@ def test_a_stop_writes_one_checkpoint_per_directory_and_no_file_per_log(
     load_latest = producer_state.load_latest
     monkeypatch.setattr(producer_state, "load_latest",
                         lambda d, *a: (replays.append(d), load_latest(d, *a))[1])
-    m = manager(tmp_path, clock)
-    logs = m.load_all(defer=True)
-    assert len(logs) == 8 and not [plog for plog in logs.values() if plog.loaded]
-    for (_, p), plog in logs.items():
-        assert (plog.log_end_offset, plog.high_watermark, plog.log_start_offset) == (4, 2, 0)
-        assert values(plog) == before[p]
+    m, logs = all_deferred(tmp_path, clock, before, (0, 4, 2))
     assert [d.name for d in replays] == [f"t-{PRODUCER}"]  # no state to read for the others
     producer_log = logs[("t", PRODUCER)]
     retry = producer_log.append_as_leader(idempotent(0), 0)
@@ -132,20 +150,15 @@ def test_a_lost_producer_snapshot_is_rebuilt_from_the_log(tmp_path: Path,
     path = next(p for p in partition_dirs(tmp_path) if p.name == f"t-{PRODUCER}")
     for snapshot in path.glob("*.snapshot"):
         snapshot.unlink()
-    m = manager(tmp_path, clock)
-    m.load_all(defer=True)
-    plog = m.get("t", PRODUCER)
-    assert plog is not None and plog.append_as_leader(idempotent(0), 0).duplicate
+    m, plog = restarted(tmp_path, clock, PRODUCER)
+    assert plog.append_as_leader(idempotent(0), 0).duplicate
     m.close()
 
 
 def test_a_moved_log_start_and_high_watermark_come_back_from_the_directory_files(
         tmp_path: Path, clock: Clock) -> None:
     written(tmp_path, clock)
-    m = manager(tmp_path, clock)
-    m.load_all(defer=True)
-    plog = m.get("t", 1)
-    assert plog is not None
+    m, plog = restarted(tmp_path, clock, 1)
     plog.high_watermark = 4
     plog.advance_log_start_offset(3)  # writes the log's own checkpoint, at once, as before
     m.close()
@@ -223,10 +236,7 @@ def test_a_crash_between_the_data_sync_and_the_checkpoint_rename_recovers_every_
 def test_a_crash_after_a_clean_start_recovers_past_the_directory_checkpoint(
         tmp_path: Path, clock: Clock) -> None:
     before = written(tmp_path, clock)
-    m = manager(tmp_path, clock)
-    m.load_all(defer=True)
-    plog = m.get("t", 5)
-    assert plog is not None
+    m, plog = restarted(tmp_path, clock, 5)
     plog.append_as_leader(plain(5, "x"), 0)
     crash(m)
     again = manager(tmp_path, clock)
@@ -241,10 +251,7 @@ def test_a_crash_after_a_clean_start_recovers_past_the_directory_checkpoint(
 def test_a_topic_created_again_does_not_inherit_the_old_logs_offsets(
         tmp_path: Path, clock: Clock) -> None:
     written(tmp_path, clock)
-    m = manager(tmp_path, clock)
-    m.load_all(defer=True)
-    old = m.get("t", 2)
-    assert old is not None
+    m, old = restarted(tmp_path, clock, 2)
     old.advance_log_start_offset(2)
     m.close()  # the directory's files: t-2 starts at 2, ends at 4
     m = manager(tmp_path, clock)
@@ -283,12 +290,7 @@ def test_a_directory_written_by_the_previous_version_opens(tmp_path: Path,
         marker.unlink()
         os.link(source, marker)
     assert not list(tmp_path.glob("*/" + RECOVERY_POINTS))
-    m = manager(tmp_path, clock)
-    logs = m.load_all(defer=True)
-    assert len(logs) == 6 and not [plog for plog in logs.values() if plog.loaded]
-    for (_, p), plog in logs.items():
-        assert (plog.log_start_offset, plog.log_end_offset, plog.high_watermark) == (1, 2, 1)
-        assert values(plog) == before[p]
+    m, logs = all_deferred(tmp_path, clock, before, (1, 2, 1))
     changed = logs[("t", 0)]
     changed.append_as_leader(plain(0, "x"), 0)
     m.close()  # now the directories' files; the unchanged logs keep their own
@@ -305,10 +307,7 @@ def test_a_log_closed_alone_leaves_the_shared_markers_alone(tmp_path: Path,
     its directory's other logs' markers) until its close; closing it alone writes its own
     checkpoint and an empty marker of its own, without writing through the shared file."""
     written(tmp_path, clock)
-    m = manager(tmp_path, clock)
-    m.load_all(defer=True)
-    plog = m.get("t", 0)
-    assert plog is not None
+    m, plog = restarted(tmp_path, clock, 0)
     plog.high_watermark = 4
     assert (plog.directory / CLEAN_SHUTDOWN).exists()
     m.forget("t", 0)

@@ -54,15 +54,22 @@ def write_values(path: Path, values: Mapping[str, int], *, sync: bool = True) ->
     write_atomic(path, "\n".join(lines) + "\n", sync=sync)
 
 
-def read_values(path: Path | str) -> dict[str, int] | None:
-    """Read a file written by ``write_values``; None if it is missing or damaged."""
+def read_lines(path: Path | str) -> list[str] | None:
+    """A checkpoint file's lines; None if it is missing or unreadable (logged)."""
     try:
         with open(path, encoding="utf-8") as f:  # not pathlib: read per partition at start
-            lines = f.read().splitlines()
+            return f.read().splitlines()
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
         log.warning("cannot read checkpoint %s (%s); ignoring it", path, exc)
+        return None
+
+
+def read_values(path: Path | str) -> dict[str, int] | None:
+    """Read a file written by ``write_values``; None if it is missing or damaged."""
+    lines = read_lines(path)
+    if lines is None:
         return None
     if not lines or lines[0] != VERSION:
         log.warning("checkpoint %s has an unknown version; ignoring it", path)

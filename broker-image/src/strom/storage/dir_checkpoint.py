@@ -34,7 +34,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from strom.storage.checkpoint import CLEAN_SHUTDOWN, RECOVERY_CHECKPOINT, read_values, write_atomic
+from strom.storage.checkpoint import (
+    CLEAN_SHUTDOWN,
+    RECOVERY_CHECKPOINT,
+    read_lines,
+    read_values,
+    write_atomic,
+)
 from strom.storage.partition_metadata import PARTITION_METADATA
 
 log = logging.getLogger(__name__)
@@ -74,13 +80,8 @@ def write_offsets(path: Path, offsets: Mapping[TopicPartition, int], *, sync: bo
 def read_offsets(path: Path) -> dict[TopicPartition, int] | None:
     """The entries of a file written by :func:`write_offsets`; None if it is missing or damaged
     (a wrong version, a count that does not match the lines, a line that does not parse)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        log.warning("cannot read checkpoint %s (%s); ignoring it", path, exc)
+    lines = read_lines(path)
+    if lines is None:
         return None
     try:
         if len(lines) < 2 or lines[0] != _VERSION or int(lines[1]) != len(lines) - 2:

@@ -237,9 +237,9 @@ def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
 #: Where Kafka 4.3.1 advertises more than Strom, as written in docs/kafka-protocol.md: versions
 #: newer than Kafka 4.0 (clients pick the newest both serve) and Produce v0-2, which 4.3 serves
 #: again and Strom does not (Kafka 4.0 removed them, KIP-896).
-KAFKA_SERVES_MORE = {0: ((0, 13), (3, 13)), 1: ((4, 18), (4, 17)), 2: ((1, 11), (1, 10)),
+KAFKA_SERVES_MORE = {0: ((0, 13), (3, 13)), 2: ((1, 11), (1, 10)),
                      8: ((2, 10), (2, 9)), 9: ((1, 10), (1, 9)),
-                     35: ((1, 5), (1, 4)), 45: ((0, 1), (0, 0))}
+                     45: ((0, 1), (0, 0))}
 
 
 def test_api_versions_against_kafkas(pair: Any) -> None:

@@ -203,3 +203,66 @@ def test_describe_groups_v6_says_an_unknown_group_is_not_found(broker: BrokerPro
     v5 = _call(broker, 15, 5, dg5_req.DescribeGroupsRequest(
         groups=(unknown,), include_authorized_operations=False), dg5_resp.DescribeGroupsResponse)
     assert [(int(g.error_code), g.group_state) for g in v5.groups] == [(0, "Dead")]
+
+
+def _topic_id(broker: BrokerProcess, topic: str) -> Any:
+    """The topic's id as Metadata v12 answers it."""
+    from kio.schema.metadata.v12 import request as md_req
+    from kio.schema.metadata.v12 import response as md_resp
+    answer = _call(broker, 3, 12, md_req.MetadataRequest(
+        topics=(md_req.MetadataRequestTopic(topic_id=None, name=topic),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False),
+        md_resp.MetadataResponse)
+    return answer.topics[0].topic_id
+
+
+def _produce(broker: BrokerProcess, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": broker.kafka_bootstrap})
+    for i in range(count):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+
+def test_describe_log_dirs_v5_says_no_directory_is_cordoned(broker: BrokerProcess) -> None:
+    """KIP-1066's ``is_cordoned`` (v5): Strom has no cordoned directories, so false, with every
+    other field as v4 answers it."""
+    from kio.schema.describe_log_dirs.v5 import request as dld_req
+    from kio.schema.describe_log_dirs.v5 import response as dld_resp
+
+    topic = new_topic(broker)
+    _produce(broker, topic, 3)
+    answer = _call(broker, 35, 5, dld_req.DescribeLogDirsRequest(topics=(
+        dld_req.DescribableLogDirTopic(topic=topic, partitions=(0,)),)),
+        dld_resp.DescribeLogDirsResponse)
+    assert int(answer.error_code) == 0
+    (result,) = answer.results
+    assert (int(result.error_code), result.is_cordoned) == (0, False)
+    assert result.log_dir and result.total_bytes >= result.usable_bytes > 0
+    ((name, ((index, size, lag, future),)),) = [
+        (t.name, [(p.partition_index, p.partition_size, p.offset_lag, p.is_future_key)
+                  for p in t.partitions]) for t in result.topics]
+    assert (name, index, lag, future) == (topic, 0, 0, False) and size > 0
+
+
+def test_fetch_v18_reads_records_and_ignores_a_followers_high_watermark(
+        broker: BrokerProcess) -> None:
+    """v18 adds only the partition's tagged ``high_watermark`` (KIP-1166, for followers): a
+    request that sets it is answered as v17 answers one without it."""
+    from kio.schema.fetch.v18 import request as f18_req
+    from kio.schema.fetch.v18 import response as f18_resp
+
+    topic = new_topic(broker)
+    _produce(broker, topic, 3)
+    topic_id = _topic_id(broker, topic)
+    answer = _call(broker, 1, 18, f18_req.FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=10), min_bytes=1, session_epoch=-1,
+        topics=(f18_req.FetchTopic(topic_id=topic_id, partitions=(f18_req.FetchPartition(
+            partition=0, fetch_offset=1, partition_max_bytes=1 << 20, high_watermark=2),)),),
+        forgotten_topics_data=()), f18_resp.FetchResponse)
+    assert (int(answer.error_code), answer.session_id) == (0, 0)
+    ((got_id, (p,)),) = [(t.topic_id, t.partitions) for t in answer.responses]
+    assert got_id == topic_id
+    assert (p.partition_index, int(p.error_code), p.high_watermark, p.last_stable_offset,
+            p.log_start_offset, p.preferred_read_replica, p.aborted_transactions) == (
+        0, 0, 3, 3, 0, -1, None)  # null for read_uncommitted, as Kafka
+    assert p.records  # the batches holding offsets 1-2, as stored

@@ -1,8 +1,9 @@
-"""DescribeLogDirs (key 35), versions 1-4: this broker's log directories and the replicas in
+"""DescribeLogDirs (key 35), versions 1-5: this broker's log directories and the replicas in
 them, through the core function the gRPC front uses (:func:`strom.broker.log_dirs.describe`).
 
 Supports all replicas (``topics`` null) or the named partitions, sizes, offset lag, offline
-directories (KAFKA_STORAGE_ERROR), total and usable bytes (v4).
+directories (KAFKA_STORAGE_ERROR), total and usable bytes (v4), ``is_cordoned`` (v5, KIP-1066:
+always false: Strom has no cordoned log directories, every online directory takes new replicas).
 
 Not as Kafka: no future replicas (``is_future_key`` false: Strom does not move replicas between
 one broker's directories); v0 (Kafka 4 does not advertise it either).
@@ -16,7 +17,7 @@ from strom.broker import log_dirs
 from strom.broker.kafka.context import NO_THROTTLE, Context, code
 
 KEY = 35
-VERSIONS = (1, 4)
+VERSIONS = (1, 5)
 
 
 async def handle(ctx: Context) -> Any:
@@ -35,6 +36,6 @@ async def handle(ctx: Context) -> Any:
             "DescribeLogDirsResult", error_code=code(d.error_code), log_dir=d.path,
             topics=tuple(ctx.build("DescribeLogDirsTopic", name=name, partitions=tuple(parts))
                          for name, parts in by_topic.items()),
-            total_bytes=d.total_bytes, usable_bytes=d.usable_bytes))
+            total_bytes=d.total_bytes, usable_bytes=d.usable_bytes, is_cordoned=False))
     return ctx.build("DescribeLogDirsResponse", throttle_time=NO_THROTTLE, error_code=code(0),
                      results=tuple(results))

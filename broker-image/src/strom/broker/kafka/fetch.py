@@ -1,4 +1,4 @@
-"""Fetch (key 1), versions 4-17: consumers read record batches, through the gRPC front's
+"""Fetch (key 1), versions 4-18: consumers read record batches, through the gRPC front's
 long-poll handler (:func:`strom.broker.fetch.handle`).
 
 Supports everything that handler does (``min_bytes`` / ``max_wait`` long-poll woken by appends,
@@ -25,7 +25,9 @@ a sessionless full fetch. librdkafka does not use sessions; Kafka's Java consume
 
 Not supported: preferred read replicas (KIP-392: always -1, read from the leader), the
 ``diverging_epoch`` answer (followers replicate over gRPC; consumers validate positions with
-OffsetForLeaderEpoch), ``current_leader`` hints, ``node_endpoints``.
+OffsetForLeaderEpoch), ``current_leader`` hints, ``node_endpoints``. v18's only addition, the
+partition's tagged ``high_watermark`` (KIP-1166), is the high watermark a follower knows: read
+and ignored, as Kafka ignores it from consumers (Strom's followers replicate over gRPC).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2
 
 KEY = 1
-VERSIONS = (4, 17)
+VERSIONS = (4, 18)
 SESSIONS = 7
 """The first Fetch version with session id and epoch."""
 

@@ -235,9 +235,9 @@ def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
 
 
 #: Where Kafka 4.3.1 advertises more than Strom, as written in docs/kafka-protocol.md: versions
-#: newer than Kafka 4.0 (clients pick the newest both serve) and Produce v0-2, which 4.3 serves
-#: again and Strom does not (Kafka 4.0 removed them, KIP-896).
-KAFKA_SERVES_MORE = {0: ((0, 13), (3, 13)), 2: ((1, 11), (1, 10)),
+#: newer than Kafka 4.0 (clients pick the newest both serve). Both advertise Produce 0-13 and
+#: refuse v0-2 (KAFKA-18659).
+KAFKA_SERVES_MORE = {2: ((1, 11), (1, 10)),
                      8: ((2, 10), (2, 9)), 9: ((1, 10), (1, 9)),
                      45: ((0, 1), (0, 0))}
 
@@ -290,3 +290,21 @@ def test_describe_groups_v6_answers_as_kafka(pair: Any, name: Callable[[str], st
     assert strom == kafka == sorted([
         (unknown, 69, f"Group {unknown} not found.", "Dead", "", ()),
         (group, 0, None, "Empty", "", ())])
+
+
+def test_produce_v0_to_v2_close_the_connection_as_kafka(pair: Any) -> None:
+    """KAFKA-18659: both advertise Produce from v0 and close a v0-2 request's connection
+    without an answer (a v3 request with the same empty body is answered by both)."""
+
+    def outcome(bootstrap: str, version: int) -> bytes:
+        host, port = bootstrap.split(",")[0].rsplit(":", 1)
+        txn = b"" if version < 3 else struct.pack(">h", -1)  # v3: a null transactional id
+        frame = struct.pack(">hhih5s", 0, version, 7, 5, b"probe") + txn + struct.pack(
+            ">hii", 1, 1000, 0)  # acks 1, timeout 1000 ms, no topics
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(struct.pack(">i", len(frame)) + frame)
+            return s.recv(4, socket.MSG_WAITALL)
+
+    for server in pair.both():
+        assert [outcome(server.bootstrap, v) for v in (0, 1, 2)] == [b"", b"", b""], server
+        assert len(outcome(server.bootstrap, 3)) == 4, server

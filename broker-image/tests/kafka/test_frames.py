@@ -158,3 +158,17 @@ def test_fetch_responses_are_kios_bytes_with_the_record_sets_not_copied(version:
     assert b"".join(chunks) == _kio_frame(99, response)
     assert sum(c is big for c in chunks) == 1 and sum(c is other for c in chunks) == 1
     assert not any(c is small for c in chunks)  # small writes are gathered, not kept apart
+
+
+def test_produce_is_advertised_from_v0_but_v0_to_v2_are_refused() -> None:
+    """KAFKA-18659: Kafka 4.x advertises Produce 0-13 (old librdkafka enables compression only
+    then) and closes the connection on a v0-2 request; so does this listener."""
+    from strom.broker.kafka.apis import ADVERTISED
+
+    assert ADVERTISED[0] == (0, SUPPORTED[0][1]) and SUPPORTED[0][0] == 3
+    assert {k: v for k, v in ADVERTISED.items() if k != 0} == {
+        k: v for k, v in SUPPORTED.items() if k != 0}
+    for version in (0, 1, 2):  # acks, timeout, no topics: a well-formed v0-2 body
+        frame = struct.pack(">hhih5shii", 0, version, 9, 5, b"probe", 1, 1000, 0)
+        parsed = parse_request(frame, SUPPORTED)
+        assert isinstance(parsed, Reject) and "version" in parsed.reason, parsed

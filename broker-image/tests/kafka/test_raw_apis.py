@@ -5,6 +5,7 @@ synonyms and fetch sessions (KIP-227) request by request."""
 from __future__ import annotations
 
 import datetime
+import io
 from typing import Any
 
 import pytest
@@ -266,3 +267,37 @@ def test_fetch_v18_reads_records_and_ignores_a_followers_high_watermark(
             p.log_start_offset, p.preferred_read_replica, p.aborted_transactions) == (
         0, 0, 3, 3, 0, -1, None)  # null for read_uncommitted, as Kafka
     assert p.records  # the batches holding offsets 1-2, as stored
+
+
+def test_produce_v0_to_v2_are_advertised_and_the_connection_closed_as_kafka(
+        broker: BrokerProcess) -> None:
+    """KAFKA-18659 (Kafka 4.x, checked against 4.3.1): ApiVersions says Produce 0-13 so that
+    librdkafka < 2.10 compresses; a v0-2 request closes the connection without an answer."""
+    import socket
+    import struct
+
+    from kio.schema.api_versions.v3 import request as av_req
+    from kio.schema.api_versions.v3 import response as av_resp
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.serial import entity_reader, entity_writer
+
+    port = broker.kafka_port
+    buffer = io.BytesIO()
+    entity_writer(RequestHeader)(buffer, RequestHeader(
+        request_api_key=18, request_api_version=3, correlation_id=1, client_id="raw"))
+    entity_writer(av_req.ApiVersionsRequest)(buffer, av_req.ApiVersionsRequest(
+        client_software_name="raw", client_software_version="1"))
+    data = buffer.getvalue()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(struct.pack(">i", len(data)) + data)
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        answer, _ = entity_reader(av_resp.ApiVersionsResponse)(
+            s.recv(size, socket.MSG_WAITALL), 4)  # ApiVersions answers with header v0
+    ranges = {int(k.api_key): (k.min_version, k.max_version) for k in answer.api_keys}
+    assert ranges[0] == (0, 13)
+    for version in (0, 1, 2):  # header v1; acks 1, timeout 1000, one topic, no partitions
+        frame = (struct.pack(">hhih5shii", 0, version, 7, 5, b"probe", 1, 1000, 1)
+                 + struct.pack(">h4si", 4, b"nope", 0))
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(struct.pack(">i", len(frame)) + frame)
+            assert s.recv(4, socket.MSG_WAITALL) == b""  # closed, nothing answered

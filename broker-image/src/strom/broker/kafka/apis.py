@@ -108,3 +108,8 @@ APIS: dict[int, Api] = {
 }
 
 SUPPORTED: dict[int, tuple[int, int]] = {key: api.versions for key, api in APIS.items()}
+"""What requests are parsed and served at; any other version closes the connection."""
+
+ADVERTISED: dict[int, tuple[int, int]] = {**SUPPORTED, produce.KEY: produce.ADVERTISED}
+"""What ApiVersions answers: ``SUPPORTED``, but Produce from v0, as Kafka 4.x advertises it and
+refuses v0-2 (see :mod:`strom.broker.kafka.produce`)."""

@@ -47,7 +47,7 @@ from typing import Any
 from strom.broker.config import BrokerConfig
 from strom.broker.core import BrokerCore
 from strom.broker.kafka import produce as kafka_produce
-from strom.broker.kafka.apis import APIS, SUPPORTED
+from strom.broker.kafka.apis import ADVERTISED, APIS, SUPPORTED
 from strom.broker.kafka.context import Context
 from strom.broker.kafka.fetch_sessions import FetchSessionCache
 from strom.broker.kafka.frames import (
@@ -213,13 +213,13 @@ class KafkaListener:
             return False
         if isinstance(parsed, ApiVersionsFallback):
             core.metrics.requests.labels("ApiVersions", "UNSUPPORTED_VERSION", self.name).inc()
-            return await self._answer(conn, [api_versions_fallback(parsed, SUPPORTED)])
+            return await self._answer(conn, [api_versions_fallback(parsed, ADVERTISED)])
         api = APIS[parsed.api_key]
         if parsed.api_key == kafka_produce.KEY:
             run = self._pipelined_produce(conn)
             if run:
                 return await self._produce_run(core, conn, [parsed, *run])
-        context = Context(core, parsed, self.name, SUPPORTED, self.fetch_sessions)
+        context = Context(core, parsed, self.name, ADVERTISED, self.fetch_sessions)
         metrics = core.metrics
         metrics.inflight.inc()
         started = time.perf_counter()
@@ -278,7 +278,7 @@ class KafkaListener:
         """Serve Produce requests that arrived pipelined together
         (:func:`strom.broker.kafka.produce.handle_pipelined`) and queue their answers in order;
         False closes the connection (after the answers before a failed acks=0 request)."""
-        contexts = [Context(core, r, self.name, SUPPORTED, self.fetch_sessions)
+        contexts = [Context(core, r, self.name, ADVERTISED, self.fetch_sessions)
                     for r in requests]
         metrics = core.metrics
         metrics.inflight.inc(len(requests))

@@ -1,5 +1,5 @@
-"""Produce (key 0), versions 3-13: append producers' record batches, through the gRPC front's
-handler (:func:`strom.broker.produce.handle`).
+"""Produce (key 0), versions 3-13 (advertised 0-13): append producers' record batches, through
+the gRPC front's handler (:func:`strom.broker.produce.handle`).
 
 Supports acks 0/1/-1 with ``min.insync.replicas``, idempotent producers (sequence and epoch
 checks live in the storage layer below both fronts), every compression codec (batches are stored
@@ -17,6 +17,12 @@ Not supported: transactional produce (a ``transactional_id`` fails every partiti
 INVALID_REQUEST, as InitProducerId does for a transactional id), per-record errors
 (``record_errors`` is empty: a bad batch fails whole), ``current_leader`` hints on
 NOT_LEADER_OR_FOLLOWER (clients refresh metadata instead).
+
+Versions 0-2 (message format v0/v1) are advertised and refused, as Kafka 4.x does since
+KAFKA-18659: librdkafka before 2.10 enables gzip, snappy and lz4 only if a broker's Produce range
+starts at 0, so ApiVersions says 0-13 (:data:`ADVERTISED`) and a v0-2 request is closed without
+an answer, as Kafka's ``SocketServer`` closes it ("unsupported version"; clients never send one,
+since they pick the newest version both sides have).
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from strom.protocol.v1 import broker_pb2
 
 KEY = 0
 VERSIONS = (3, 13)
+ADVERTISED = (0, VERSIONS[1])
+"""What ApiVersions says (KAFKA-18659: for old librdkafka's compression check); ``VERSIONS`` is
+what is served."""
 
 
 class CloseConnection(Exception):

@@ -237,8 +237,7 @@ def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
 #: Where Kafka 4.3.1 advertises more than Strom, as written in docs/kafka-protocol.md: versions
 #: newer than Kafka 4.0 (clients pick the newest both serve). Both advertise Produce 0-13 and
 #: refuse v0-2 (KAFKA-18659).
-KAFKA_SERVES_MORE = {2: ((1, 11), (1, 10)),
-                     8: ((2, 10), (2, 9)), 9: ((1, 10), (1, 9)),
+KAFKA_SERVES_MORE = {8: ((2, 10), (2, 9)), 9: ((1, 10), (1, 9)),
                      45: ((0, 1), (0, 0))}
 
 
@@ -308,3 +307,45 @@ def test_produce_v0_to_v2_close_the_connection_as_kafka(pair: Any) -> None:
     for server in pair.both():
         assert [outcome(server.bootstrap, v) for v in (0, 1, 2)] == [b"", b"", b""], server
         assert len(outcome(server.bootstrap, 3)) == 4, server
+
+
+def test_list_offsets_special_timestamps_answer_as_kafka(pair: Any,
+                                                         name: Callable[[str], str]) -> None:
+    """-1 to -6 (KIP-734, KIP-405, KIP-1005, KIP-1023's -6 at v11) at the versions that bring
+    them and one older, plus an unknown -7: the same (error, offset, timestamp) on both (Kafka
+    without tiered storage: -4 is the log start offset, -5 / -6 find nothing)."""
+    import datetime
+    import importlib
+
+    from confluent_kafka import Producer
+
+    topic = name("lo-special")
+    asked = [(11, -1), (11, -2), (11, -4), (11, -5), (11, -6), (11, -7), (10, -6), (8, -4),
+             (7, -4), (9, -5), (8, -5), (7, -3), (6, -3)]
+
+    def scenario(server: Any) -> list[tuple[int, int, int]]:
+        client = admin(server.bootstrap)
+        client.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        wait_for_topic(client, topic, 1)
+        producer = Producer({"bootstrap.servers": server.bootstrap})
+        for i in range(3):
+            producer.produce(topic, b"%d" % i, partition=0)
+        assert producer.flush(30) == 0
+        out = []
+        for version, timestamp in asked:
+            req = importlib.import_module(f"kio.schema.list_offsets.v{version}.request")
+            resp = importlib.import_module(f"kio.schema.list_offsets.v{version}.response")
+            fields: dict[str, Any] = {"replica_id": -1, "isolation_level": 0, "topics": (
+                req.ListOffsetsTopic(name=topic, partitions=(req.ListOffsetsPartition(
+                    partition_index=0, timestamp=timestamp),)),)}
+            if version >= 10:
+                fields["timeout"] = datetime.timedelta(seconds=5)
+            answer = raw_call(server.bootstrap, 2, version, req.ListOffsetsRequest(**fields),
+                              resp.ListOffsetsResponse)
+            p = answer.topics[0].partitions[0]
+            out.append((int(p.error_code), p.offset, p.timestamp if timestamp != -3 else 0))
+        return out
+
+    kafka, strom = (scenario(server) for server in pair.both())
+    assert strom == kafka
+    assert kafka[4] == (0, -1, -1)  # -6 at v11: nothing pending upload

@@ -218,4 +218,8 @@ async def test_list_offsets(core: BrokerCore) -> None:
     assert (await ask(0)).offset == 0
     assert (await ask(99999)).offset == -1
     assert (await ask(-9)).error_code == ErrorCode.INVALID_REQUEST
+    # without tiered storage, as Kafka answers: earliest-local = earliest; nothing tiered or
+    # pending upload (the Kafka front also checks the version each needs)
+    assert [((a := await ask(t)).error_code, a.offset) for t in (-4, -5, -6)] == [
+        (0, 0), (0, -1), (0, -1)]
     assert (await ask(-1, "zz")).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

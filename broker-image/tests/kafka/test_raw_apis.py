@@ -301,3 +301,39 @@ def test_produce_v0_to_v2_are_advertised_and_the_connection_closed_as_kafka(
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
             s.sendall(struct.pack(">i", len(frame)) + frame)
             assert s.recv(4, socket.MSG_WAITALL) == b""  # closed, nothing answered
+
+
+def _list_offsets(port: int, version: int, topic: str, timestamp: int) -> Any:
+    """One partition's ListOffsets answer at ``version`` (kio's classes of that version)."""
+    import importlib
+
+    from strom.broker.kafka.frames import request_type, response_type
+    module = importlib.import_module(request_type(2, version).__module__)
+    fields = {"replica_id": -1, "isolation_level": 0, "topics": (module.ListOffsetsTopic(
+        name=topic, partitions=(module.ListOffsetsPartition(
+            partition_index=0, timestamp=timestamp),)),)}
+    if version >= 10:
+        fields["timeout"] = datetime.timedelta(seconds=5)
+    answer = kafka_call(port, 2, version, module.ListOffsetsRequest(**fields),
+                        response_type(2, version))
+    p = answer.topics[0].partitions[0]
+    return int(p.error_code), p.offset, p.timestamp
+
+
+#: (version, timestamp) -> (error, offset, timestamp) for a 3-record partition from 0, as Kafka
+#: 4.3.1 answers (e2e/compat/test_admin.py compares them): -4 is the log start offset without
+#: tiered storage, -5 / -6 find nothing; a special timestamp older than its version and an
+#: unknown negative one are UNSUPPORTED_VERSION.
+LIST_OFFSETS_SPECIALS = {(11, -1): (0, 3, -1), (11, -2): (0, 0, -1), (11, -4): (0, 0, -1),
+                         (11, -5): (0, -1, -1), (11, -6): (0, -1, -1), (11, -7): (35, -1, -1),
+                         (10, -6): (35, -1, -1), (8, -4): (0, 0, -1), (7, -4): (35, -1, -1),
+                         (9, -5): (0, -1, -1), (8, -5): (35, -1, -1), (6, -3): (35, -1, -1)}
+
+
+def test_list_offsets_v11_answers_the_special_timestamps_as_kafka(broker: BrokerProcess) -> None:
+    """KIP-1023's -6 (earliest pending upload, v11) and the other tiered-storage timestamps."""
+    topic = new_topic(broker)
+    _produce(broker, topic, 3)
+    got = {key: _list_offsets(broker.kafka_port, key[0], topic, key[1])
+           for key in LIST_OFFSETS_SPECIALS}
+    assert got == LIST_OFFSETS_SPECIALS

@@ -1,15 +1,18 @@
 """ListOffsets: find offsets by position or by time in partition leaders.
 
 Supports Kafka's special timestamps: -1 latest (the high watermark, what a consumer can read up
-to), -2 earliest (the log start offset), -3 the record with the largest timestamp (KIP-734), and
-any timestamp >= 0: the first offset whose record timestamp is >= it, or offset -1 when there is
+to), -2 earliest (the log start offset), -3 the record with the largest timestamp (KIP-734), the
+tiered-storage ones as Kafka answers them without remote storage (checked against Kafka 4.3.1):
+-4 earliest-local (KIP-405) is the log start offset, as the whole log is local, -5 latest-tiered
+(KIP-1005) and -6 earliest-pending-upload (KIP-1023) are offset -1 (nothing is tiered), and any
+timestamp >= 0: the first offset whose record timestamp is >= it, or offset -1 when there is
 none (as Kafka answers). Errors are per partition (UNKNOWN_TOPIC_OR_PARTITION, or INVALID_REQUEST
 for another negative timestamp).
 
 Answered only by the partition's leader (NOT_LEADER_OR_FOLLOWER elsewhere), so "latest" is the
 leader's high watermark: an offset every in-sync replica has.
 
-Not supported: -4 / -5 (earliest-local / latest-tiered: there is no tiered storage), isolation
+Not supported: tiered storage (so -4 equals -2, and -5 / -6 find nothing), isolation
 levels (no transactions, so the last stable offset equals the high watermark), the
 current_leader_epoch check (the request has no such field yet).
 """
@@ -25,6 +28,9 @@ from strom.storage.log import PartitionLog
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
 
 
 async def handle(core: BrokerCore, request: broker_pb2.ListOffsetsRequest
@@ -67,8 +73,10 @@ def lookup_with_epoch(core: BrokerCore, topic: str, partition: int, timestamp: i
 def _lookup(plog: PartitionLog, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
     if timestamp == LATEST:
         return plog.high_watermark, -1
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):  # no tiered storage: every offset is local
         return plog.log_start_offset, -1
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):  # nothing tiered, none pending
+        return -1, -1
     if timestamp == MAX_TIMESTAMP:
         found = plog.max_timestamp_and_offset()
         if found is None:
@@ -78,7 +86,8 @@ def _lookup(plog: PartitionLog, topic: str, partition: int, timestamp: int) -> t
     if timestamp < 0:
         raise StromError(ErrorCode.INVALID_REQUEST,
                          f"timestamp={timestamp} for {topic}-{partition} is invalid; use -1 "
-                         f"(latest), -2 (earliest), -3 (max timestamp) or a time in ms >= 0")
+                         f"(latest), -2 (earliest), -3 (max timestamp), -4 (earliest local), -5 "
+                         f"(latest tiered), -6 (earliest pending upload) or a time in ms >= 0")
     by_time = plog.offset_for_timestamp(timestamp)
     if by_time is None or by_time[0] >= plog.high_watermark:
         return -1, -1

@@ -1,14 +1,17 @@
-"""ListOffsets (key 2), versions 1-10: offsets by position or time, through the core lookup the
+"""ListOffsets (key 2), versions 1-11: offsets by position or time, through the core lookup the
 gRPC front uses (:func:`strom.broker.offsets.lookup_with_epoch`).
 
 Supports -1 latest (the high watermark, with the current leader epoch), -2 earliest, -3 the
-record with the largest timestamp (KIP-734), and a timestamp >= 0 (the first offset at or after
-it, or -1 when there is none); ``current_leader_epoch`` (v4+) is checked (FENCED_/
+record with the largest timestamp (KIP-734, v7+), -4 earliest-local (v8+), -5 latest-tiered
+(v9+), -6 earliest-pending-upload (KIP-1023, v11+; the last three as Kafka answers them without
+tiered storage: the log start offset, -1, -1), and a timestamp >= 0 (the first offset at or
+after it, or -1 when there is none); ``current_leader_epoch`` (v4+) is checked (FENCED_/
 UNKNOWN_LEADER_EPOCH); read_committed equals read_uncommitted (no transactions). Errors are per
-partition with Kafka's codes.
+partition with Kafka's codes: a special timestamp older than its version, or an unknown
+negative one, is UNSUPPORTED_VERSION (what Kafka 4.3.1 answers).
 
-Not supported: -4 earliest-local and -5 latest-tiered (no tiered storage: INVALID_REQUEST), the
-leader epoch of an offset found by time or earliest (-1: consumers skip the validation).
+Not supported: the leader epoch of an offset found by time or earliest (-1: consumers skip the
+validation).
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from typing import Any
 
 from strom.broker.kafka.context import NO_THROTTLE, Context, code
 from strom.broker.offsets import lookup_with_epoch
-from strom.protocol.errors import StromError
+from strom.protocol.errors import ErrorCode, StromError
 
 KEY = 2
-VERSIONS = (1, 10)
+VERSIONS = (1, 11)
+#: The first version each special timestamp may be asked at (Kafka's ListOffsetsRequest rules).
+SINCE = {-1: 0, -2: 0, -3: 7, -4: 8, -5: 9, -6: 11}
 
 
 async def handle(ctx: Context) -> Any:
@@ -30,6 +35,9 @@ async def handle(ctx: Context) -> Any:
         parts = []
         for p in topic.partitions:
             try:
+                if p.timestamp < 0 and ctx.version < SINCE.get(p.timestamp, VERSIONS[1] + 1):
+                    raise StromError(ErrorCode.UNSUPPORTED_VERSION,
+                                     f"timestamp {p.timestamp} needs a newer ListOffsets version")
                 offset, timestamp, epoch = lookup_with_epoch(
                     core, topic.name, p.partition_index, p.timestamp,
                     getattr(p, "current_leader_epoch", -1))

@@ -237,8 +237,7 @@ def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
 #: Where Kafka 4.3.1 advertises more than Strom, as written in docs/kafka-protocol.md: versions
 #: newer than Kafka 4.0 (clients pick the newest both serve). Both advertise Produce 0-13 and
 #: refuse v0-2 (KAFKA-18659).
-KAFKA_SERVES_MORE = {8: ((2, 10), (2, 9)), 9: ((1, 10), (1, 9)),
-                     45: ((0, 1), (0, 0))}
+KAFKA_SERVES_MORE = {8: ((2, 10), (2, 9)), 9: ((1, 10), (1, 9))}
 
 
 def test_api_versions_against_kafkas(pair: Any) -> None:
@@ -349,3 +348,36 @@ def test_list_offsets_special_timestamps_answer_as_kafka(pair: Any,
     kafka, strom = (scenario(server) for server in pair.both())
     assert strom == kafka
     assert kafka[4] == (0, -1, -1)  # -6 at v11: nothing pending upload
+
+
+def test_alter_partition_reassignments_v1_answers_as_kafka(pair: Any,
+                                                            name: Callable[[str], str]) -> None:
+    """v1 (KIP-860) echoes ``allow_replication_factor_change``; with it false, a target of the
+    same size is accepted, a cancel with nothing moving and an unknown topic fail as in v0
+    (a one-node pair cannot change a replication factor: tests/kafka/test_cluster_clients.py
+    checks the refusal on three Strom brokers, with the code and message Kafka's tests show)."""
+    from kio.schema.alter_partition_reassignments.v1 import request as apr_req
+    from kio.schema.alter_partition_reassignments.v1 import response as apr_resp
+
+    topic = name("apr1")
+
+    def scenario(server: Any) -> list[tuple[Any, ...]]:
+        client = admin(server.bootstrap)
+        client.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        wait_for_topic(client, topic, 1)
+        (node,) = client.describe_cluster().result(30).nodes
+        out = []
+        for allow, topic_name, replicas in ((False, topic, (node.id,)), (False, topic, None),
+                                            (True, topic, None), (False, "nosuch-apr", (0,))):
+            answer = raw_call(server.bootstrap, 45, 1, apr_req.AlterPartitionReassignmentsRequest(
+                allow_replication_factor_change=allow, topics=(apr_req.ReassignableTopic(
+                    name=topic_name, partitions=(apr_req.ReassignablePartition(
+                        partition_index=0, replicas=replicas),)),)),
+                apr_resp.AlterPartitionReassignmentsResponse)
+            out.append((answer.allow_replication_factor_change, int(answer.error_code),
+                        [int(p.error_code) for t in answer.responses for p in t.partitions]))
+        return out
+
+    kafka, strom = (scenario(server) for server in pair.both())
+    assert strom == kafka == [(False, 0, [0]), (False, 0, [85]), (True, 0, [85]),
+                              (False, 0, [3])]

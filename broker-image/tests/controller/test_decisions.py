@@ -104,6 +104,30 @@ def test_reassignment_start_validates_the_target() -> None:
     assert _code(info) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def test_a_replication_factor_change_is_refused_when_not_allowed() -> None:
+    """KIP-860: the replica count compared with the target's (the in-flight target's while a
+    reassignment moves), Kafka's code and message; broker ids are checked first."""
+    log = _with_topic(((0, 1),))
+    for target, current in (([0], 2), ([0, 1, 2], 2)):
+        with pytest.raises(MetadataError) as info:
+            reassignment_start(log.image, "t", 0, target, allow_replication_factor_change=False)
+        assert _code(info) is ErrorCode.INVALID_REPLICATION_FACTOR
+        assert info.value.message == (
+            f"The replication factor is changed from {current} to {len(target)}")
+    with pytest.raises(MetadataError) as info:
+        reassignment_start(log.image, "t", 0, [0, 9, 1], allow_replication_factor_change=False)
+    assert _code(info) is ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert reassignment_start(log.image, "t", 0, [0, 1, 2]).replicas == (0, 1, 2)  # allowed
+    log.apply(reassignment_start(log.image, "t", 0, [2, 3],
+                                 allow_replication_factor_change=False))
+    assert log.image.partition("t", 0).replicas == [2, 3, 0, 1]  # moving: 2 -> 2 replicas
+    with pytest.raises(MetadataError) as info:
+        reassignment_start(log.image, "t", 0, [3], allow_replication_factor_change=False)
+    assert info.value.message == "The replication factor is changed from 2 to 1"
+    assert reassignment_start(log.image, "t", 0, [3, 0],
+                              allow_replication_factor_change=False).replicas == (3, 0, 1)
+
+
 def test_a_new_target_replaces_the_one_in_flight_from_the_original_replicas() -> None:
     log = _with_topic(((0, 1),))
     log.apply(reassignment_start(log.image, "t", 0, [2, 3]))

@@ -67,9 +67,10 @@ def _metadata_with_partitions(p: Producer, topic: str, count: int, timeout: floa
 
 def _reorder_replicas_and_elect_the_new_preferred_leader(cluster: Cluster) -> None:
     """AlterPartitionReassignments, ListPartitionReassignments and ElectLeaders over the Kafka
-    listener: partition 0's replica order changes, and a preferred election moves its leader."""
-    from kio.schema.alter_partition_reassignments.v0 import request as apr_req
-    from kio.schema.alter_partition_reassignments.v0 import response as apr_resp
+    listener: partition 0's replica order changes (v1 with KIP-860's guard, which first refuses a
+    target of two replicas), and a preferred election moves its leader."""
+    from kio.schema.alter_partition_reassignments.v1 import request as apr_req
+    from kio.schema.alter_partition_reassignments.v1 import response as apr_resp
     from kio.schema.elect_leaders.v2 import request as el_req
     from kio.schema.elect_leaders.v2 import response as el_resp
     from kio.schema.list_partition_reassignments.v0 import request as lpr_req
@@ -79,10 +80,20 @@ def _reorder_replicas_and_elect_the_new_preferred_leader(cluster: Cluster) -> No
     meta = Producer({"bootstrap.servers": cluster.kafka_bootstrap}).list_topics("orders", 20)
     replicas = list(meta.topics["orders"].partitions[0].replicas)
     target = replicas[1:] + replicas[:1]  # same set, another preferred leader
-    moved = kafka_call(port, 45, 0, apr_req.AlterPartitionReassignmentsRequest(topics=(
-        apr_req.ReassignableTopic(name="orders", partitions=(
-            apr_req.ReassignablePartition(partition_index=0, replicas=tuple(target)),)),)),
-        apr_resp.AlterPartitionReassignmentsResponse)
+
+    def reassign(replicas: list[int]) -> Any:  # v1 with KIP-860's guard on
+        return kafka_call(port, 45, 1, apr_req.AlterPartitionReassignmentsRequest(
+            allow_replication_factor_change=False, topics=(apr_req.ReassignableTopic(
+                name="orders", partitions=(apr_req.ReassignablePartition(
+                    partition_index=0, replicas=tuple(replicas)),)),)),
+            apr_resp.AlterPartitionReassignmentsResponse)
+
+    refused = reassign(target[:2])  # RF 3 -> 2: refused with Kafka's code and message
+    assert refused.allow_replication_factor_change is False and int(refused.error_code) == 0
+    assert [(t.name, p.partition_index, int(p.error_code), p.error_message)
+            for t in refused.responses for p in t.partitions] == [
+        ("orders", 0, 38, "The replication factor is changed from 3 to 2")]
+    moved = reassign(target)  # the same three replicas in another order: allowed
     assert [int(p.error_code) for t in moved.responses for p in t.partitions] == [0]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -273,9 +273,14 @@ async def describe_cluster(core: BrokerCore, request: admin_pb2.DescribeClusterR
 
 
 async def alter_partition_reassignments(
-        core: BrokerCore, request: admin_pb2.AlterPartitionReassignmentsRequest
+        core: BrokerCore, request: admin_pb2.AlterPartitionReassignmentsRequest,
+        allow_replication_factor_change: bool = True,
 ) -> admin_pb2.AlterPartitionReassignmentsResponse:
     """Start or cancel reassignments (KIP-455); the active controller completes them.
+
+    ``allow_replication_factor_change`` false (KIP-860, the Kafka front's v1 flag) fails a
+    target that changes its partition's replica count (INVALID_REPLICATION_FACTOR); the gRPC
+    request has no such flag and allows it, as Kafka's default does.
 
     Each target is validated against this broker's image and proposed as one epoch-checked
     partition change; the throttle is ``replication.throttled.rate``, one value every broker
@@ -303,7 +308,8 @@ async def alter_partition_reassignments(
                                      f"{target.topic}-{target.partition}: replicas is empty; give "
                                      f"the target broker ids, or set cancel")
                 change = decisions.reassignment_start(image, target.topic, target.partition,
-                                                      list(target.replicas))
+                                                      list(target.replicas),
+                                                      allow_replication_factor_change)
             changes.append((result, change))
         except StromError as err:
             _fill(result, err)

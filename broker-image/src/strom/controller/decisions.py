@@ -97,7 +97,8 @@ def _in_flight(p: PartitionState) -> bool:
 
 
 def reassignment_start(
-    image: MetadataImage, topic: str, partition: int, target: Sequence[int]
+    image: MetadataImage, topic: str, partition: int, target: Sequence[int],
+    allow_replication_factor_change: bool = True,
 ) -> ChangePartition:
     """Start moving ``topic-partition`` to ``target`` (preferred leader first).
 
@@ -105,6 +106,11 @@ def reassignment_start(
     target + (original - target), in Kafka's order. A new target replaces one in flight and is
     computed from the original replicas; a target equal to the original cancels nothing but
     clears the in-flight state (dropping replicas that were being added).
+
+    ``allow_replication_factor_change`` false (KIP-860) refuses a target whose length differs
+    from the partition's replication factor - the in-flight target's while one is moving, as
+    Kafka counts it - with INVALID_REPLICATION_FACTOR and Kafka's message, after the broker ids
+    are checked (Kafka's order).
     """
     name = f"{topic}-{partition}"
     target = list(target)
@@ -126,6 +132,13 @@ def reassignment_start(
             f"choose among {sorted(image.brokers)}",
         )
     p = image.partition(topic, partition)
+    if not allow_replication_factor_change:
+        current = len([r for r in p.replicas if r not in p.removing_replicas])
+        if current != len(target):
+            raise MetadataError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"The replication factor is changed from {current} to {len(target)}",
+            )
     original = [r for r in p.replicas if r not in p.adding_replicas]
     replicas = target + [r for r in original if r not in target]
     adding = [r for r in target if r not in original]

@@ -337,3 +337,18 @@ def test_list_offsets_v11_answers_the_special_timestamps_as_kafka(broker: Broker
     got = {key: _list_offsets(broker.kafka_port, key[0], topic, key[1])
            for key in LIST_OFFSETS_SPECIALS}
     assert got == LIST_OFFSETS_SPECIALS
+
+
+def test_offset_commit_and_fetch_v10_name_topics_by_id(broker: BrokerProcess) -> None:
+    """v10 of both: topic ids instead of names; an unknown or zero id is UNKNOWN_TOPIC_ID per
+    partition, the answers carry the ids asked (all of a group's commits: their topics' ids)."""
+    topic = new_topic(broker)
+    topic_id = _topic_id(broker, topic)
+    group = f"{topic}-by-id"
+    from strom.testing.compat import expected_offsets_by_topic_id, offsets_by_topic_id
+
+    def call(key: int, version: int, body: Any, response: Any) -> Any:
+        return kafka_call(broker.kafka_port, key, version, body, response)
+
+    assert offsets_by_topic_id(call, topic_id, group) == \
+        expected_offsets_by_topic_id(topic_id, group)

@@ -1,7 +1,9 @@
 """Steps the differential compatibility suite (``e2e/compat/``) shares between its client
 modules: creating a topic and waiting for its leaders, filling one, the record set with every
 field a record can carry, reading a topic back as comparable tuples, and polling a
-kafka-python consumer from its own thread (:func:`polled`).
+kafka-python consumer from its own thread (:func:`polled`), and raw OffsetCommit / OffsetFetch v10
+calls by topic id (:func:`offsets_by_topic_id`, also run against Strom alone by the broker's
+tests).
 
 Each scenario of the suite runs once against Apache Kafka and once against Strom with one
 client library (confluent-kafka, kafka-python, aiokafka, Kafka's Java tools); these steps use
@@ -16,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["BASE_TS", "create_topic", "polled", "read_all", "records_with_everything",
@@ -159,3 +161,81 @@ def polled(consumer: Any, timeout_ms: int = 1000) -> Iterator[None]:
         raise AssertionError("a polled consumer's poll() did not return within 30 s")
     if failures:
         raise failures[0]
+
+
+def offsets_by_topic_id(call: Callable[[int, int, Any, Any], Any], topic_id: Any,
+                        group: str) -> dict[str, Any]:
+    """OffsetCommit v10 and OffsetFetch v10 (topics named by id) through ``call(key, version,
+    body, response type)``, a raw request to one server: commits of partitions 0 and 5 of a
+    one-partition topic by its id, an unknown id and the zero id, then the group's offsets by
+    id and all of them. Sorted, comparable results (Strom's in tests/kafka/test_raw_apis.py,
+    both servers' in e2e/compat/test_admin.py)."""
+    import importlib
+    import uuid
+
+    oc_req: Any = importlib.import_module("kio.schema.offset_commit.v10.request")
+    oc_resp: Any = importlib.import_module("kio.schema.offset_commit.v10.response")
+    of_req: Any = importlib.import_module("kio.schema.offset_fetch.v10.request")
+    of_resp: Any = importlib.import_module("kio.schema.offset_fetch.v10.response")
+
+    stranger = uuid.UUID("00000000-0000-4000-8000-00000000beef")  # no topic has it
+
+    def commit(asked: Any) -> Any:
+        return call(8, 10, oc_req.OffsetCommitRequest(
+            group_id=group, generation_id_or_member_epoch=-1, member_id="",
+            topics=(oc_req.OffsetCommitRequestTopic(topic_id=asked, partitions=tuple(
+                oc_req.OffsetCommitRequestPartition(
+                    partition_index=p, committed_offset=2, committed_leader_epoch=-1,
+                    committed_metadata="m") for p in (0, 5))),)), oc_resp.OffsetCommitResponse)
+
+    fc_req: Any = importlib.import_module("kio.schema.find_coordinator.v4.request")
+    fc_resp: Any = importlib.import_module("kio.schema.find_coordinator.v4.response")
+
+    deadline = time.monotonic() + 60  # FindCoordinator makes the offsets topic (both servers)
+    while True:
+        found = call(10, 4, fc_req.FindCoordinatorRequest(
+            key_type=0, coordinator_keys=(group,)), fc_resp.FindCoordinatorResponse)
+        if int(found.coordinators[0].error_code) == 0 and \
+                int(commit(topic_id).topics[0].partitions[0].error_code) not in (14, 15, 16):
+            break
+        assert time.monotonic() < deadline, found
+        time.sleep(0.2)
+    out: dict[str, Any] = {}
+    for label, asked in (("known", topic_id), ("unknown", stranger), ("zero", None)):
+        answer = commit(asked)
+        out[f"commit {label}"] = [(t.topic_id, sorted((p.partition_index, int(p.error_code))
+                                                      for p in t.partitions))
+                                  for t in answer.topics]
+
+    def fetch(topics: Any) -> Any:
+        answer = call(9, 10, of_req.OffsetFetchRequest(groups=(
+            of_req.OffsetFetchRequestGroup(group_id=group, topics=topics),)),
+            of_resp.OffsetFetchResponse)
+        (g,) = answer.groups
+        return (g.group_id, int(g.error_code), sorted(
+            (t.topic_id.int if t.topic_id else 0, sorted(
+                (p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata,
+                 int(p.error_code)) for p in t.partitions)) for t in g.topics))
+
+    out["fetch named"] = fetch(tuple(of_req.OffsetFetchRequestTopics(
+        topic_id=asked, partition_indexes=(0, 5)) for asked in (topic_id, stranger)))
+    out["fetch all"] = fetch(None)
+    return out
+
+
+def expected_offsets_by_topic_id(topic_id: Any, group: str) -> dict[str, Any]:
+    """What Kafka 4.3.1 answered to :func:`offsets_by_topic_id` (probed, and compared in
+    e2e/compat): UNKNOWN_TOPIC_ID (100) for an unknown or zero id, partition 5 of a
+    one-partition topic UNKNOWN_TOPIC_OR_PARTITION (3) in a commit and offset -1 in a fetch."""
+    import uuid
+    stranger = uuid.UUID("00000000-0000-4000-8000-00000000beef")
+    return {
+        "commit known": [(topic_id, [(0, 0), (5, 3)])],  # 5: UNKNOWN_TOPIC_OR_PARTITION
+        "commit unknown": [(stranger, [(0, 100), (5, 100)])],  # UNKNOWN_TOPIC_ID
+        "commit zero": [(None, [(0, 100), (5, 100)])],
+        "fetch named": (group, 0, sorted([
+            (topic_id.int, [(0, 2, -1, "m", 0), (5, -1, -1, "", 0)]),
+            (stranger.int, [(0, -1, -1, "", 100), (5, -1, -1, "", 100)])])),
+        "fetch all": (group, 0, [(topic_id.int, [(0, 2, -1, "m", 0)])]),
+    }
+

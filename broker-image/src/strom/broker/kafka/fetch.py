@@ -36,7 +36,7 @@ import uuid
 from typing import Any
 
 from strom.broker import fetch
-from strom.broker.kafka.context import NO_THROTTLE, Context, code, ms, topic_uuid
+from strom.broker.kafka.context import NO_THROTTLE, Context, code, ms, topics_by_id
 from strom.broker.kafka.fetch_sessions import FINAL_EPOCH, Plan, Wanted
 from strom.broker.kafka.frames import Chunk, RecordsTemplate, TemplateCache
 from strom.protocol.errors import ErrorCode, StromError
@@ -59,7 +59,7 @@ async def handle(ctx: Context) -> Any:
         topic_id = getattr(topic, "topic_id", None)
         if name is None:
             if by_id is None:
-                by_id = {topic_uuid(t.topic_id): n for n, t in core.metadata.topics().items()}
+                by_id = topics_by_id(core)
             name = by_id.get(topic_id, "") if topic_id is not None else ""
         return name, topic_id
 

@@ -163,6 +163,7 @@ def test_alter_sends_targets_cancels_and_throttle(fake: tuple[Shared, str]) -> N
         err = partial[("nope", 0)]
         assert err is not None and err.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert partial[("t", 0)] is None
+        admin.alter_partition_reassignments({("t", 0): [2]}, keep_replication_factor=True)
         with pytest.raises(StromError) as info:
             admin.alter_partition_reassignments({("t", 0): [1]}, throttle_bytes_per_sec=-5)
         assert "throttle_bytes_per_sec" in info.value.message
@@ -174,6 +175,8 @@ def test_alter_sends_targets_cancels_and_throttle(fake: tuple[Shared, str]) -> N
     remove, cap = shared.alter_requests[-2:]
     assert (remove.throttle_bytes_per_sec, list(remove.partitions)) == (-1, [])
     assert (cap.throttle_bytes_per_sec, list(cap.partitions)) == (512, [])
+    kept = shared.alter_requests[-3]  # KIP-860's guard travels to the broker
+    assert kept.keep_replication_factor and not shared.alter_requests[0].keep_replication_factor
     request = shared.alter_requests[0]
     assert request.throttle_bytes_per_sec == 10_000_000 and not request.validate_only
     targets = {(t.topic, t.partition): (list(t.replicas), t.cancel) for t in request.partitions}

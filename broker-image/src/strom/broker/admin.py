@@ -273,14 +273,13 @@ async def describe_cluster(core: BrokerCore, request: admin_pb2.DescribeClusterR
 
 
 async def alter_partition_reassignments(
-        core: BrokerCore, request: admin_pb2.AlterPartitionReassignmentsRequest,
-        allow_replication_factor_change: bool = True,
+        core: BrokerCore, request: admin_pb2.AlterPartitionReassignmentsRequest
 ) -> admin_pb2.AlterPartitionReassignmentsResponse:
     """Start or cancel reassignments (KIP-455); the active controller completes them.
 
-    ``allow_replication_factor_change`` false (KIP-860, the Kafka front's v1 flag) fails a
-    target that changes its partition's replica count (INVALID_REPLICATION_FACTOR); the gRPC
-    request has no such flag and allows it, as Kafka's default does.
+    ``keep_replication_factor`` (KIP-860; the Kafka front's v1 ``allow_replication_factor_
+    change`` false) fails a target that changes its partition's replica count
+    (INVALID_REPLICATION_FACTOR); unset allows it, as Kafka's default does.
 
     Each target is validated against this broker's image and proposed as one epoch-checked
     partition change; the throttle is ``replication.throttled.rate``, one value every broker
@@ -309,7 +308,7 @@ async def alter_partition_reassignments(
                                      f"the target broker ids, or set cancel")
                 change = decisions.reassignment_start(image, target.topic, target.partition,
                                                       list(target.replicas),
-                                                      allow_replication_factor_change)
+                                                      not request.keep_replication_factor)
             changes.append((result, change))
         except StromError as err:
             _fill(result, err)

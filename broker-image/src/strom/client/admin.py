@@ -90,11 +90,12 @@ class Admin:
     def alter_partition_reassignments(
             self, targets: Mapping[tuple[str, int], Sequence[int] | None],
             throttle_bytes_per_sec: int = 0, validate_only: bool = False, *,
-            raise_on_error: bool = True) -> dict[tuple[str, int], StromError | None]:
+            raise_on_error: bool = True, keep_replication_factor: bool = False
+    ) -> dict[tuple[str, int], StromError | None]:
         """See :meth:`AsyncAdmin.alter_partition_reassignments`; ``None`` cancels a move."""
         return self._thread.run(self._aio.alter_partition_reassignments(
             dict(targets), throttle_bytes_per_sec, validate_only,
-            raise_on_error=raise_on_error))
+            raise_on_error=raise_on_error, keep_replication_factor=keep_replication_factor))
 
     def list_partition_reassignments(self, topics: Iterable[str] | None = None
                                      ) -> list[PartitionReassignment]:

@@ -353,11 +353,14 @@ class AsyncAdmin:
     async def alter_partition_reassignments(
             self, targets: Mapping[PartitionKey, Sequence[int] | None],
             throttle_bytes_per_sec: int = 0, validate_only: bool = False, *,
-            raise_on_error: bool = True) -> dict[PartitionKey, StromError | None]:
+            raise_on_error: bool = True, keep_replication_factor: bool = False
+    ) -> dict[PartitionKey, StromError | None]:
         """Move partitions to ``{(topic, partition): replicas}``; ``None`` cancels a move.
 
         ``throttle_bytes_per_sec``: 0 keeps the cluster's replication throttle, -1 removes it,
-        N > 0 caps the copy rate of the replicas being added.
+        N > 0 caps the copy rate of the replicas being added. ``keep_replication_factor``
+        (KIP-860) fails a target whose replica count differs from its partition's
+        (INVALID_REPLICATION_FACTOR).
         """
         if throttle_bytes_per_sec < -1:
             raise StromError(ErrorCode.INVALID_REQUEST,
@@ -367,7 +370,8 @@ class AsyncAdmin:
             partitions=[admin_pb2.ReassignmentTarget(
                 topic=topic, partition=partition, replicas=list(replicas or ()),
                 cancel=replicas is None) for (topic, partition), replicas in targets.items()],
-            throttle_bytes_per_sec=throttle_bytes_per_sec, validate_only=validate_only)
+            throttle_bytes_per_sec=throttle_bytes_per_sec, validate_only=validate_only,
+            keep_replication_factor=keep_replication_factor)
         response = await self._call("AlterPartitionReassignments", request)
         results = _partition_results(response.results, "reassign")
         if raise_on_error:

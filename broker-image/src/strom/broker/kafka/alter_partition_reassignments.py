@@ -7,8 +7,8 @@ per-partition errors (INVALID_REPLICA_ASSIGNMENT, UNKNOWN_TOPIC_OR_PARTITION,
 NO_REASSIGNMENT_IN_PROGRESS, ...). The replication throttle is the cluster-wide
 ``replication.throttled.rate`` (set it with ``strom reassign``). v1's
 ``allow_replication_factor_change`` (KIP-860) false fails each partition whose target changes
-its replica count with INVALID_REPLICATION_FACTOR and Kafka's message (the core's check); the
-answer echoes the flag, as Kafka's does.
+its replica count with INVALID_REPLICATION_FACTOR and Kafka's message (the core's check, the
+gRPC request's ``keep_replication_factor``); the answer echoes the flag, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ VERSIONS = (0, 1)
 
 async def handle(ctx: Context) -> Any:
     await admin.metadata_barrier(ctx.core)
-    request = admin_pb2.AlterPartitionReassignmentsRequest()
+    allow = bool(getattr(ctx.body, "allow_replication_factor_change", True))  # v0: always
+    request = admin_pb2.AlterPartitionReassignmentsRequest(keep_replication_factor=not allow)
     for t in ctx.body.topics:
         for p in t.partitions:
             request.partitions.add(topic=t.name, partition=p.partition_index,
                                    replicas=list(p.replicas or ()),
                                    cancel=p.replicas is None)
-    allow = bool(getattr(ctx.body, "allow_replication_factor_change", True))  # v0: always
-    answer = await admin.alter_partition_reassignments(ctx.core, request, allow)
+    answer = await admin.alter_partition_reassignments(ctx.core, request)
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for r in answer.results:
         by_topic[r.topic].append(ctx.build("ReassignablePartitionResponse",

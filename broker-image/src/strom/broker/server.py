@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import grpc
 
-from strom.broker import service
+from strom.broker import loop_watch, service
 from strom.broker.config import BrokerConfig, ConfigError
 from strom.broker.core import BrokerCore
 from strom.broker.file_limit import FileLimitError, raise_open_file_limit
@@ -252,7 +252,12 @@ async def serve(config: BrokerConfig, *, ready: asyncio.Event | None = None,
 
     Raises :class:`BrokerFailed` after stopping when a supervised task failed for good."""
     stop = stop or asyncio.Event()
-    with stop_on_signals(stop):
+    watch = loop_watch.from_env()
+    if watch is not None:
+        watch.start()
+    with stop_on_signals(stop), contextlib.ExitStack() as cleanup:
+        if watch is not None:
+            cleanup.callback(watch.stop)
         server = BrokerServer(config)
         server.stop_event = stop
         try:

@@ -8,10 +8,19 @@ locked. Other coroutines only put items in the inbox and await futures, or read 
 
 Clock ticks are due-time driven: after every item the driver asks the node when its next tick has
 something to do (``RaftNode.next_tick_ms``: a heartbeat, a check-quorum, an election deadline)
-and keeps one loop timer set for it, moved earlier when an item brings the time forward. A leader
-wakes ~11 times a second (heartbeats every 100 ms), a follower about once per election timeout,
-an observer never; a fixed 10 ms ticker woke 100 times a second on every node whatever was due
-(a third of an empty cluster's idle CPU).
+and keeps one loop timer set for it, moved earlier when an item brings the time forward, never
+more than a quarter election timeout ahead. A leader wakes ~11 times a second (heartbeats every
+100 ms), a follower 4 times, an observer never; a fixed 10 ms ticker woke 100 times a second on
+every node whatever was due (a third of an empty cluster's idle CPU).
+
+The node's own stalls do not count on its Raft clock: a timer that fires more than a heartbeat
+interval late means the event loop could not run this node (a long callback, or many); the
+lateness is taken off the clock the node is given, and the tick comes a heartbeat interval
+later, after the messages that arrived meanwhile. A tick that finds messages already waiting
+in the inbox goes behind them once. Either way a leader's check-quorum counts the
+acknowledgements that did arrive and a follower's election deadline the heartbeats: a node
+that could not listen proves nothing about its peers (at 10,000 partitions the broker's loop
+runs seconds late at times, and leaders stepped down for it).
 
 How actions are carried out (``_execute``), strictly in the order returned:
 
@@ -19,14 +28,17 @@ How actions are carried out (``_execute``), strictly in the order returned:
   so a vote or an acknowledgement is never sent before what it promises is on disk.
 - ``Send``: a reply to the request being handled resolves that request's RPC; anything else goes
   to the ``Transport`` (fire-and-forget; replies come back through the inbox).
-- ``Apply``: each committed command is applied to the ``MetadataImage`` (yielding to the event
-  loop between entries every ``apply_slice_s``); the proposal waiting on that index is resolved
-  (or fails with the image's ``MetadataError``, or NOT_CONTROLLER when another term's entry took
-  its index). An ``Apply`` comes after the ``Send`` actions that follow it
-  (``sends_before_applies``): an acknowledgement never waits for applying. Every
-  ``compact_every`` applied entries the image is snapshotted into the Raft log
+- ``Apply``: the committed entries join a backlog, applied to the ``MetadataImage`` in slices
+  of ``apply_slice_s`` by the same task **whenever its inbox is empty**: a Raft message or a
+  tick that arrives meanwhile is handled before the next slice, so heartbeats, votes and
+  acknowledgements never wait for a large change to be applied (at 10,000 partitions a
+  fencing is seconds of applying and publishing on a loaded machine, longer than an election
+  timeout). Per applied entry, the proposal waiting on that index is resolved (or fails with
+  the image's ``MetadataError``, or NOT_CONTROLLER when another term's entry took its index).
+  Every ``compact_every`` applied entries the image is snapshotted into the Raft log
   (``RaftNode.compact``), whose ``Persist`` is carried out in turn.
-- ``RestoreSnapshot``: the image is replaced; proposals at or below it fail (outcome unknown).
+- ``RestoreSnapshot``: the backlog is applied first, then the image is replaced; proposals at or
+  below it fail (outcome unknown).
 - ``BecameLeader`` / ``BecameFollower``: logged (one line when this node becomes the leader).
 
 A failure to persist is fatal, and so is a failure of the broker's ``on_apply`` (the metadata
@@ -50,6 +62,7 @@ from strom.controller.messages import (
     AppendEntriesResponse,
     InstallSnapshot,
     InstallSnapshotResponse,
+    LogEntry,
     Message,
     VoteRequest,
     VoteResponse,
@@ -82,6 +95,10 @@ _undecodable = RateLimitedLog(log)
 
 APPLY_SLICE_S = 0.02
 """Longest stretch of applying committed entries between two yields to the event loop."""
+
+ITEMS_PER_APPLY_SLICE = 16
+"""Inbox items handled at most before a slice of a waiting backlog is applied (messages go
+first, but a steady stream of them never stops applying)."""
 
 _REPLY_TYPE: dict[type, type] = {
     VoteRequest: VoteResponse,
@@ -158,12 +175,19 @@ class QuorumDriver:
         self._node: RaftNode | None = None
         self._inbox: asyncio.Queue[_Tick | _Incoming | _Propose] = asyncio.Queue()
         self._tick_queued = False
+        self._tick_deferred = False
+        self._forgiven_ms = 0
+        self._watch_ms = max(config.heartbeat_interval_ms, config.election_timeout_ms // 4)
+        self.stalls_forgiven = 0
+        """Timers that fired more than a heartbeat interval late (their lateness was forgiven)."""
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due_ms: int | None = None
         self._pending: dict[int, _Pending] = {}
         self._match: dict[int, int] = {}
         self._hard_state: tuple[int, int | None] | None = None
         self._since_compact = 0
+        self._backlog: deque[LogEntry] = deque()
+        """Committed entries not applied yet, in log order (applied when the inbox is empty)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._on_apply = on_apply
         self._manage_observers = manage_observers
@@ -278,16 +302,22 @@ class QuorumDriver:
         that moved later (a follower hearing its leader pushes its election deadline back on
         every heartbeat) leaves the timer as it is; it fires, the tick does nothing, and the
         timer is set again for the later time - at most one wasted wake-up per deadline
-        instead of a timer rescheduled on every message."""
+        instead of a timer rescheduled on every message. A voter's timer is never set further
+        than ``_watch_ms`` ahead (a quarter of the election timeout, at least a heartbeat
+        interval): a stall of the loop is noticed by a timer firing late (``_due``), and at most
+        that much of one counts on the node's clock."""
         if self._tick_queued:
             return  # armed again once that tick is handled
         due = node.next_tick_ms()
-        if due is None or (self._timer_due_ms is not None and self._timer_due_ms <= due):
+        if due is None:
+            return  # an observer: no timer to keep
+        due = min(due, self._clock_ms() + self._watch_ms)
+        if self._timer_due_ms is not None and self._timer_due_ms <= due:
             return
         self._disarm()
         self._timer_due_ms = due
         # +1 ms: the node's clock is whole milliseconds, truncated; never wake just before.
-        delay = max(0, due + 1 - _now_ms()) / 1000
+        delay = max(0, due + 1 - self._clock_ms()) / 1000
         self._timer = asyncio.get_running_loop().call_later(delay, self._due)
 
     def _disarm(self) -> None:
@@ -296,22 +326,53 @@ class QuorumDriver:
         self._timer, self._timer_due_ms = None, None
 
     def _due(self) -> None:
-        self._timer, self._timer_due_ms = None, None
-        if not self._tick_queued:
-            self._tick_queued = True
-            self._inbox.put_nowait(_Tick())
+        due, self._timer, self._timer_due_ms = self._timer_due_ms, None, None
+        if self._tick_queued:
+            return
+        self._tick_queued = True
+        late = self._clock_ms() - due if due is not None else 0
+        grace = self.config.heartbeat_interval_ms
+        if late > grace:
+            # The event loop did not get to this timer for `late` ms (a long callback, or many):
+            # that time is not counted on the node's clock (it pauses), and the tick comes a
+            # grace later, after the messages that arrived meanwhile. A follower that did not
+            # read the heartbeats waiting for it, or a leader that did not read the
+            # acknowledgements, proves nothing about its peers.
+            self._forgiven_ms += late
+            self.stalls_forgiven += 1
+            asyncio.get_running_loop().call_later(grace / 1000, self._inbox.put_nowait, _Tick())
+            return
+        self._inbox.put_nowait(_Tick())
+
+    def _clock_ms(self) -> int:
+        """The node's clock: monotonic milliseconds less the stalls forgiven (``_due``)."""
+        return _now_ms() - self._forgiven_ms
 
     async def _run(self) -> None:
         node = self.node
+        handled = 0  # inbox items handled since the last slice of applying
         while True:
             self._arm(node)
+            if self._backlog and (self._inbox.empty() or handled >= ITEMS_PER_APPLY_SLICE):
+                handled = 0
+                await self._execute(self._apply_slice(), None)
+                await asyncio.sleep(0)  # the rest of the loop, and what it brings to the inbox
+                continue
+            handled += 1
             item = await self._inbox.get()
             if isinstance(item, _Tick):
-                self._tick_queued = False
-                await self._execute(node.tick(_now_ms()), None)
+                if not self._inbox.empty() and not self._tick_deferred:
+                    # Messages that came in before the tick first: a leader's check-quorum must
+                    # count the acknowledgements already received (they queue behind a busy
+                    # loop), and a follower's election deadline the heartbeats.
+                    self._tick_deferred = True
+                    self._inbox.put_nowait(item)
+                    continue
+                self._tick_queued = self._tick_deferred = False
+                await self._execute(node.tick(self._clock_ms()), None)
             elif isinstance(item, _Incoming):
                 self._track_match(node, item.message)
-                await self._execute(node.receive(item.message, _now_ms()), item)
+                await self._execute(node.receive(item.message, self._clock_ms()), item)
                 if item.reply is not None and not item.reply.done():
                     item.reply.set_result(None)
             else:
@@ -359,9 +420,11 @@ class QuorumDriver:
                 else:
                     self._transport.send(action.to, action.message, self.deliver)
             elif isinstance(action, Apply):
-                queue.extend(await self._apply(action))
-                queue.extend(self._published())
+                self._backlog.extend(action.entries)
             elif isinstance(action, RestoreSnapshot):
+                while self._backlog:  # entries below the snapshot, committed before it came
+                    queue.extendleft(reversed(self._apply_slice()))
+                    await asyncio.sleep(0)
                 self._restore(action)
                 queue.extend(self._published())
             elif isinstance(action, BecameLeader):
@@ -377,21 +440,18 @@ class QuorumDriver:
                     action.term,
                 )
 
-    async def _apply(self, action: Apply) -> list[Action]:
-        """Apply committed entries in order; between two entries, once ``apply_slice_s`` has
-        passed, yield to the event loop (pipelined Batches of a fencing at 10,000 partitions
-        commit together: ~15 ms of applying each on an idle machine, several times that under
-        load, and heartbeats must not wait for all of them). Before yielding, what is applied
-        so far is published (``on_apply``), so the broker acts on entries in log order: a
-        fencing's leadership moves, proposed first, before its ISR shrinks. Readers meanwhile
-        see the image as of a whole entry; nothing else drives this node while it yields."""
+    def _apply_slice(self) -> list[Action]:
+        """Apply backlog entries in log order for up to ``apply_slice_s`` (at least one), then
+        publish what was applied (``on_apply``), so the broker acts on entries in log order: a
+        fencing's leadership moves, proposed first, before its ISR shrinks. Readers see the
+        image as of a whole entry. The actions returned (a compaction's ``Persist``, observer
+        changes) are carried out before anything else."""
         out: list[Action] = []
         slice_end = time.monotonic() + self._apply_slice_s
-        for n, entry in enumerate(action.entries):
-            if n and time.monotonic() >= slice_end:
-                out.extend(self._published())
-                await asyncio.sleep(0)
-                slice_end = time.monotonic() + self._apply_slice_s
+        applied = 0
+        while self._backlog and (not applied or time.monotonic() < slice_end):
+            entry = self._backlog.popleft()
+            applied += 1
             error: StromError | None = None
             if entry.command:
                 try:
@@ -413,11 +473,11 @@ class QuorumDriver:
                     pending.result.set_exception(error)
                 else:
                     pending.result.set_result(entry.index)
-        self._since_compact += len(action.entries)
-        if self._since_compact >= self._compact_every and action.entries:
-            self._since_compact = 0
-            out.extend(self.node.compact(action.entries[-1].index, self.image.to_snapshot()))
-        return out
+            self._since_compact += 1
+            if self._since_compact >= self._compact_every:
+                self._since_compact = 0
+                out.extend(self.node.compact(entry.index, self.image.to_snapshot()))
+        return out + self._published()
 
     def _published(self) -> list[Action]:
         """Tell the owner about the new image; keep the observer set in step with it.

@@ -201,3 +201,63 @@ def test_record_metadata_fast_constructor_equals_the_dataclass() -> None:
     assert fast.topic_partition == ("t", 3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.offset = 1  # type: ignore[misc]
+
+
+class _CountedGets(dict):  # type: ignore[type-arg]
+    gets = 0
+
+    def get(self, *args: object) -> object:
+        _CountedGets.gets += 1
+        return super().get(*args)
+
+
+def test_keyed_fast_path_finds_the_open_batch_by_partition_number(producer: Producer) -> None:
+    """Over 1,000 partitions the partition's key object, the accumulator's dict entry and its
+    deque were a cache miss each per keyed record: the fast path reads the open batch from a
+    list by partition number instead (issue 21). Fails with the dict look-up put back."""
+    core = producer._core
+    keys = [b"key-%d" % i for i in range(6)]
+    for k in keys:
+        producer.send("t", b"v", key=k)  # opens the batches (routed)
+    core.acc.batches = _CountedGets(core.acc.batches)
+    _CountedGets.gets = 0
+    fast = [producer.send("t", b"w", key=k) for k in keys * 3]
+    assert _CountedGets.gets == 0
+    for f, k in zip(fast, keys * 3, strict=True):
+        batch = f._meta[0]
+        assert batch.tp.partition == core.partitioner.partition_for_key(k, 6)
+        assert core.acc.batches[batch.tp][-1] is batch
+
+
+def test_keyed_fast_path_never_appends_to_a_full_drained_or_finished_batch(
+        producer: Producer) -> None:
+    core = producer._core
+    first = producer.send("t", b"a", key=b"k")
+    batch = first._meta[0]
+    tp = batch.tp
+    with core.acc.lock:  # as drain leaves it: taken from the queue, frozen and full
+        core.acc.batches[tp].popleft()
+        batch.close()
+    second = producer.send("t", b"b", key=b"k")
+    assert second._meta[0] is not batch and second._meta[0].tp == tp
+    assert len(batch.builder) == 1
+    assert core.keyed_open["t"][tp.partition] is second._meta[0]
+    with core.acc.lock:
+        core.acc.batches[tp].popleft()
+        second._meta[0].close()
+    core._finish(second._meta[0], 7, -1, None)  # a finished batch's bytes are not kept
+    assert core.keyed_open["t"][tp.partition] is None
+    third = producer.send("t", b"c", key=b"k")
+    assert third._meta[0] not in (batch, second._meta[0])
+
+
+def test_keyed_fast_path_follows_a_partition_count_change(producer: Producer) -> None:
+    core = producer._core
+    keys = [b"key-%d" % i for i in range(40)]
+    for k in keys:
+        producer.send("t", b"v", key=k)
+    core.metadata.update(_metadata(3), time.monotonic() * 1000)
+    after = [producer.send("t", b"w", key=k) for k in keys]
+    for f, k in zip(after, keys, strict=True):
+        assert f._meta[0].tp.partition == core.partitioner.partition_for_key(k, 3)
+    assert len(core.keyed_open["t"]) == 3

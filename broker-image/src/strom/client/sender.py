@@ -206,6 +206,15 @@ class ProducerCore:
         #: lets ``Producer.send`` append there without routing while that batch stays open.
         #: Written under ``acc.lock`` by ``append_locked``; read by ``send`` before locking.
         self.sticky_open: dict[str, tuple[ProducerBatch, int]] = {}
+        #: topic -> each partition's open batch as last seen (None: not known), valid with
+        #: ``routes``: keyed records find their batch by the partition number, not through
+        #: the partition's key object, the accumulator's dict and its deque. A batch that is
+        #: not full is always its partition's last (a new batch marks the one before it full;
+        #: a batch drained, expired or aborted is full), so ``append_fast`` checks ``full``
+        #: under ``acc.lock`` as it does for the sticky batch. Over 1,000 partitions each of
+        #: those objects is a cache miss per record (issue 21). Written under ``acc.lock`` by
+        #: ``append_locked``; an entry is dropped when its batch completes.
+        self.keyed_open: dict[str, list[ProducerBatch | None]] = {}
         self.in_flight: dict[int, int] = {}
         self._calls: set[_InFlight] = set()
         self._next_poll_ms = 0.0
@@ -244,12 +253,14 @@ class ProducerCore:
         """(partition to append to, sticky?, partition count); raises NeedMetadata."""
         if self.routes_version != self.metadata.version:
             self.routes.clear()
+            self.keyed_open.clear()
             self.routes_version = self.metadata.version
         tps = self.routes.get(topic)
         if tps is None:
             n = self.metadata.partition_count(topic)
             if n is None:
                 raise NeedMetadata(topic)
+            self.keyed_open[topic] = [None] * n
             tps = self.routes[topic] = [TopicPartition(topic, p) for p in range(n)]
         n = len(tps)
         if partition is not None:
@@ -270,24 +281,20 @@ class ProducerCore:
         (batch, index), else None and the caller routes. The one body of both producers' fast
         path (``Producer.send`` and ``AsyncProducer.send``)."""
         batch: ProducerBatch | None = None
-        tp: TopicPartition | None = None
         if key is None:
             hot = self.sticky_open.get(topic)
             if hot is not None and hot[1] == self.metadata.version:
                 batch = hot[0]
         elif self.routes_version == self.metadata.version:
-            tps = self.routes.get(topic)
-            if tps is not None:
-                tp = tps[self.partitioner.partition_for_key(key, len(tps))]
-        if batch is None and tp is None:
+            opens = self.keyed_open.get(topic)
+            if opens is not None:
+                batch = opens[self.partitioner.partition_for_key(key, len(opens))]
+        if batch is None:
             return None
         lock = self.acc.lock
         lock.acquire()
         try:
-            if tp is not None:
-                dq = self.acc.batches.get(tp)
-                batch = dq[-1] if dq else None
-            if batch is None or batch.full:
+            if batch.full:
                 return None
             builder = batch.builder
             index = builder.count
@@ -315,6 +322,8 @@ class ProducerCore:
             if index >= 0:
                 if sticky:
                     self.sticky_open[tp.topic] = (batch, self.routes_version)
+                else:
+                    self._keep_open(tp, n, batch)
                 return batch, index, False, False
             acc.mark_full(batch)
         tps = self.routes.get(tp.topic)
@@ -341,7 +350,16 @@ class ProducerCore:
         batch.builder.try_append(key, value, ts, hdrs)
         if sticky:
             self.sticky_open[tp.topic] = (batch, self.routes_version)
+        else:
+            self._keep_open(tp, n, batch)
         return batch, 0, wake, True
+
+    def _keep_open(self, tp: TopicPartition, n: int, batch: ProducerBatch) -> None:
+        """Note ``batch`` as ``tp``'s open batch for ``append_fast`` (caller holds ``acc.lock``;
+        ``n``: the partition count ``tp`` was routed with)."""
+        opens = self.keyed_open.get(tp.topic)
+        if opens is not None and len(opens) == n:
+            opens[tp.partition] = batch
 
     def check_size(self, key_size: int, value_size: int) -> None:
         if key_size + value_size > self.max_record_size:
@@ -636,9 +654,13 @@ class ProducerCore:
         batch.complete(base_offset, log_append_time, error)
         if release:
             self.acc.finished(batch)
-        hot = self.sticky_open.get(batch.tp.topic)
+        tp = batch.tp
+        hot = self.sticky_open.get(tp.topic)
         if hot is not None and hot[0] is batch:  # do not keep a finished batch's bytes alive
-            self.sticky_open.pop(batch.tp.topic, None)
+            self.sticky_open.pop(tp.topic, None)
+        opens = self.keyed_open.get(tp.topic)
+        if opens is not None and tp.partition < len(opens) and opens[tp.partition] is batch:
+            opens[tp.partition] = None
         if self._completed is not None:
             self._completed.set()
         if self._flush_waiters:

@@ -302,6 +302,88 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> float:
         admin.close()
 
 
+@dataclass
+class CreatePoint:
+    """N partitions created on one fresh broker (RF 1), in one request or in 100 (issue 21
+    item 2: under 20 s to all led, per-partition cost at 10,000 at most 2x that at 1,000)."""
+
+    partitions: int
+    requests: int
+    call_s: float
+    """Until the last CreateTopics answered."""
+    led_s: float
+    """Until Metadata shows every partition with a leader."""
+    cpu_s: float
+    """The broker's CPU seconds (user + system) from the first request to the last answer
+    (the answer comes once this broker has published the partitions: the Metadata check of
+    all led after it is not counted, at 10,000 partitions a DescribeTopics costs ~0.3 s)."""
+    load_avg: float
+
+
+def led_partitions(admin: Admin, topics: list[str]) -> int:
+    """How many partitions of ``topics`` Metadata shows with a leader."""
+    return sum(1 for t in admin.describe_topics(topics) for p in t.partitions if p.leader >= 0)
+
+
+def measure_create(counts: list[int], modes: list[int], repeats: int = 1,
+                   progress: object = print, timeout_s: float = 600.0) -> list[CreatePoint]:
+    """Creation alone: for each N and each request count in ``modes`` (1 or 100), a fresh
+    broker creates N partitions and the wall time to all led and its CPU are taken; the modes
+    and counts alternate within each repeat so each sees the same load."""
+    from strom.testing import running_broker
+
+    say = progress if callable(progress) else print
+    points: list[CreatePoint] = []
+    for _ in range(repeats):
+        for n in counts:
+            for requests in modes:
+                if requests > n:
+                    continue
+                with tempfile.TemporaryDirectory(prefix="strom-bench-create-") as tmp, \
+                        running_broker(Path(tmp), startup_timeout=600) as broker, \
+                        Admin(broker.bootstrap, request_timeout_ms=int(timeout_s * 1000)) as admin:
+                    topics = [f"create-{i}" for i in range(requests)]
+                    cpu = cpu_seconds(broker.pid)
+                    start = time.perf_counter()
+                    for topic in topics:
+                        admin.create_topic(topic, partitions=n // requests, replication_factor=1)
+                    call = time.perf_counter() - start
+                    answered_cpu = cpu_seconds(broker.pid) - cpu
+                    while led_partitions(admin, topics) < n:
+                        if time.perf_counter() - start > timeout_s:
+                            raise TimeoutError(f"{n:,} partitions not all led in {timeout_s} s")
+                        time.sleep(0.1)
+                    point = CreatePoint(n, requests, call, time.perf_counter() - start,
+                                        answered_cpu, os.getloadavg()[0])
+                points.append(point)
+                say(f"create: {n:,} partitions in {requests} request(s): all led after "
+                    f"{point.led_s:.1f} s (answered {point.call_s:.1f} s), broker CPU "
+                    f"{point.cpu_s:.2f} s = {point.cpu_s / n * 1000:.2f} ms/partition, "
+                    f"load {point.load_avg:.1f}")
+    return points
+
+
+def format_create(points: list[CreatePoint]) -> str:
+    """Median per (N, requests), and each one's CPU per partition against the smallest N's
+    in the same mode (issue 21 item 2 allows at most 2x from 1,000 to 10,000)."""
+    runs: dict[tuple[int, int], list[CreatePoint]] = {}
+    for p in points:
+        runs.setdefault((p.requests, p.partitions), []).append(p)
+    lines = ["| partitions | requests | runs | all led s | answered s | broker CPU s | "
+             "CPU ms/partition | x smallest N | load |", "|---|---|---|---|---|---|---|---|---|"]
+    base: dict[int, float] = {}
+    for (requests, n), ps in sorted(runs.items()):
+        per = statistics.median(p.cpu_s for p in ps) / n * 1000
+        first = base.setdefault(requests, per)  # 0.0 at a few partitions (CPU in ticks)
+        lines.append(f"| {n:,} | {requests} | {len(ps)} | "
+                     f"{statistics.median(p.led_s for p in ps):.1f} | "
+                     f"{statistics.median(p.call_s for p in ps):.1f} | "
+                     f"{statistics.median(p.cpu_s for p in ps):.2f} | {per:.2f} | "
+                     f"{f'{per / first:.2f}' if first else '-'} | "
+                     f"{min(p.load_avg for p in ps):.1f}-{max(p.load_avg for p in ps):.1f} |")
+    return "\n".join(lines)
+
+
 def measure(counts: list[int], records: int, progress: object = print,
             idle_seconds: float = 5.0, create_100: bool = True,
             logs_dir: Path | None = None) -> list[ScalePoint]:
@@ -443,12 +525,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--create-100", action=argparse.BooleanOptionalAction, default=True,
                         help="from 1,000 partitions on, also create N partitions in 100 "
                              "requests on a second fresh broker")
+    parser.add_argument("--create-only", action="store_true",
+                        help="only creation: N partitions in one request and in 100 (from "
+                             "1,000 on) on fresh brokers, wall time to all led and the "
+                             "broker's CPU per partition, --repeats runs alternated")
     parser.add_argument("--kafka", action="store_true",
                         help="with --keyed-only: also run the confluent-kafka rows against one "
                              "Apache Kafka node (needs Java and the jars kafka-ref/fetch gets)")
     args = parser.parse_args(argv)
     if args.brokers == 3:
         return _main_rf3(args)
+    if args.create_only:
+        counts = [int(c) for c in args.counts.split(",")]
+        created = measure_create(counts, [1, 100], args.repeats,
+                                 progress=lambda m: print(m, flush=True))
+        print(format_create(created))
+        if args.json is not None:
+            args.json.write_text(json.dumps({
+                "cores": os.cpu_count(), "repeats": args.repeats,
+                "load_avg_end": os.getloadavg(), "points": [asdict(p) for p in created]},
+                indent=2) + "\n")
+        return 0
     if args.keyed_only:
         rows = measure_keyed([int(c) for c in args.counts.split(",")], args.records,
                              args.repeats, kafka=args.kafka)

@@ -173,3 +173,21 @@ def test_the_kafka_listener_section_compares_both_paths_at_equal_client_cost(
             assert set(by_key[(kafka, workload, metric)]["ratios"]) == {grpc}
             assert set(by_key[(kafka, workload, f"{metric} broker CPU/record")]["ratios"]) == {
                 grpc}
+
+
+def test_partition_scale_create_only_measures_both_modes(tmp_path: Path) -> None:
+    """``partition_scale --create-only``: one row per N and request count (100 requests only
+    where N has 100 partitions to share), every partition led, the CPU per partition and its
+    ratio to the smallest N's (issue 21 item 2)."""
+    out = tmp_path / "create.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.partition_scale", "--create-only", "--counts",
+         "10,100", "--repeats", "1", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    points = json.loads(out.read_text())["points"]
+    assert sorted((p["partitions"], p["requests"]) for p in points) == [(10, 1), (100, 1),
+                                                                       (100, 100)]
+    assert all(p["led_s"] >= p["call_s"] > 0 and p["cpu_s"] >= 0 for p in points)
+    assert "| 100 | 100 | 1 |" in proc.stdout and "x smallest N" in proc.stdout

@@ -25,6 +25,7 @@ from strom.broker.metadata import ClusterMetadata
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.producer_ids import ProducerIdManager
 from strom.broker.publisher import MetadataPublisher
+from strom.broker.segment_files import create_ahead
 from strom.broker.topics import TopicManager
 from strom.controller.metadata import (
     Command,
@@ -49,10 +50,6 @@ DEFERRED_SLICE_S = 0.02
 """Longest stretch of reading deferred logs between two yields to the event loop."""
 DEFERRED_PAUSE_S = 0.005
 """Pause between two slices, so requests keep being served while the rest loads."""
-SEGMENT_FILES_SLICE_S = 0.01
-"""Longest stretch of creating new partitions' segment files between two yields."""
-SEGMENT_FILES_PAUSE_S = 0.01
-"""Pause between two slices of segment-file creation: at most half the loop's time."""
 
 
 @dataclass
@@ -203,23 +200,15 @@ class BrokerCore:
         log.info("read the %d partition logs deferred at start in %.1fs", total,
                  time.monotonic() - started)
 
-    async def _create_segment_files(self) -> None:
-        """Create new partitions' segment files in short slices while the broker serves, so
-        that their first Produce does not (:meth:`LogManager.create_segment_files`)."""
-        while True:
-            await self._files_wanted.wait()
-            self._files_wanted.clear()
-            while True:
-                await asyncio.sleep(SEGMENT_FILES_PAUSE_S)
-                if not self.logs.create_segment_files(SEGMENT_FILES_SLICE_S):
-                    break
-
     async def start(self) -> None:
         """Join the cluster: replay the metadata log, register, catch up, publish, get unfenced."""
         self.logs.on_unborn = self._files_wanted.set
         self._files_wanted.set()  # any log created before
-        self._file_creator = spawn("segment-file-creator", self._create_segment_files,
-                                   restartable=True)
+        self._file_creator = spawn(
+            "segment-file-creator",
+            lambda: create_ahead(self._files_wanted, self.logs.create_segment_files,
+                                 lambda: self.publisher.busy),
+            restartable=True)
         await self.replicas.start()
         self.link.before_heartbeats = self._report_before_unfencing
         await self.link.start()

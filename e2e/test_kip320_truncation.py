@@ -32,7 +32,6 @@ behaviour asserted is the clients' own, quoted above.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -44,7 +43,7 @@ import pytest
 
 from strom.testing import Cluster, running_cluster
 from strom.testing.kafka import require_jars
-from strom.testing.kafka_tools import running_java
+from strom.testing.kafka_tools import json_lines, running_java
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -130,14 +129,7 @@ class JavaConsumer:
     @property
     def seen(self) -> Seen:
         seen = Seen()
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        for line in text.splitlines():
-            if not line.startswith("{"):
-                continue
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue  # the last line may be half written
+        for e in json_lines(self.log):
             if e["event"] == "record":
                 seen.events.append(("record", e["offset"], e["epoch"], e["value"]))
             elif e["event"] == "truncation":
@@ -211,6 +203,19 @@ def stopped_at_exit() -> Iterator[tuple[ExitStack, list[Client]]]:
         yield stack, clients
 
 
+def group_members(stack: ExitStack, clients: list[Client], bootstrap: str, java_log: Path,
+                  label: str) -> list[Client]:
+    """A librdkafka member of RD_GROUP and a Java member of JAVA_GROUP, both committing every
+    record, added to ``clients`` (closed at exit)."""
+    members: list[Client] = []
+    members.append(RdConsumer(bootstrap, "earliest", RD_GROUP, f"librdkafka group, {label}"))
+    clients.append(members[-1])
+    members.append(JavaConsumer(stack, bootstrap, "earliest", java_log, JAVA_GROUP,
+                                f"Java group, {label}"))
+    clients.append(members[-1])
+    return members
+
+
 def test_consumers_detect_a_log_truncated_by_an_unclean_election(tmp_path: Path) -> None:
     require_jars()
     with running_cluster(tmp_path / "strom", brokers=3, voters=[0]) as cluster, \
@@ -239,12 +244,8 @@ def test_consumers_detect_a_log_truncated_by_an_unclean_election(tmp_path: Path)
                     for reset in ("earliest", "none")]
         clients += readers[2:]
         # ... and group members that commit every record (with its epoch), stopped before it
-        committers: list[Client] = [
-            RdConsumer(bootstrap, "earliest", RD_GROUP, "librdkafka group, committing")]
-        clients += committers
-        committers.append(JavaConsumer(stack, bootstrap, "earliest", tmp_path / "java-g1.log",
-                                       JAVA_GROUP, "Java group, committing"))
-        clients.append(committers[-1])
+        committers = group_members(stack, clients, bootstrap, tmp_path / "java-g1.log",
+                                   "committing")
         first = readers + committers
         wait_all(cluster, first, lambda s: s.has(f"before-{BEFORE - 1}"),
                  "every consumer to read the records both replicas have", 60)
@@ -265,12 +266,8 @@ def test_consumers_detect_a_log_truncated_by_an_unclean_election(tmp_path: Path)
         assert new_epoch > first_epoch
         produce(cluster.kafka_bootstrap, [f"new-{i}" for i in range(NEW)], "1")
         # the groups' next members start from the commits of offset 20 (epoch of lost-9)
-        restarted: list[Client] = [
-            RdConsumer(bootstrap, "earliest", RD_GROUP, "librdkafka group, restarted")]
-        clients += restarted
-        restarted.append(JavaConsumer(stack, bootstrap, "earliest", tmp_path / "java-g2.log",
-                                      JAVA_GROUP, "Java group, restarted"))
-        clients.append(restarted[-1])
+        restarted = group_members(stack, clients, bootstrap, tmp_path / "java-g2.log",
+                                  "restarted")
 
         def settled(s: Seen) -> bool:
             return s.has(f"new-{NEW - 1}") or any(e[0] != "record" for e in s.events)

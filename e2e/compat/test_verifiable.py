@@ -14,7 +14,6 @@ every record is acknowledged once and stored once.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ import pytest
 
 from strom.testing import running_cluster
 from strom.testing.kafka import require_jars, running_kafka
-from strom.testing.kafka_tools import running_java
+from strom.testing.kafka_tools import json_lines, running_java
 
 # 3 nodes, two JVMs and a kill: ~60 s (Strom) and ~120 s (Kafka: JVM nodes, 9 s fencing) at
 # load 10-25 on 2 cores
@@ -40,18 +39,7 @@ PARTITIONS = 3
 
 def events(path: Path, name: str) -> list[dict[str, Any]]:
     """The tool's JSON events called ``name`` (log lines and partial lines are skipped)."""
-    out = []
-    text = path.read_text(errors="replace") if path.exists() else ""
-    for line in text.splitlines():
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue  # the last line may be half written
-        if event.get("name") == name:
-            out.append(event)
-    return out
+    return [event for event in json_lines(path) if event.get("name") == name]
 
 
 def check_delivery(acked: Iterable[dict[str, Any]], consumed: Iterable[dict[str, Any]]

@@ -13,14 +13,16 @@ they are stopped, by pid, when the test ends.
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from strom.testing.kafka_jars import ensure_jars, java_binary
 from strom.testing.process import ManagedProcess
 
-__all__ = ["TOOL_HEAP", "java_argv", "run_tool", "running_java"]
+__all__ = ["TOOL_HEAP", "java_argv", "json_lines", "run_tool", "running_java"]
 
 #: Enough for a tool or a small Streams/Connect process; 2 cores and other tests share the VM.
 TOOL_HEAP = ("-Xmx256m",)
@@ -52,3 +54,21 @@ def running_java(main_class: str, *args: str, log_path: Path, name: str,
         yield proc
     finally:
         proc.stop()
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects a program printed one a line into ``path`` (Kafka's verifiable tools,
+    a test's own Java program), in order; log lines, a missing file and a half-written last
+    line are skipped, so a test can read the file while the program still writes it."""
+    out: list[dict[str, Any]] = []
+    text = path.read_text(errors="replace") if path.exists() else ""
+    for line in text.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # the last line may be half written
+        if isinstance(event, dict):
+            out.append(event)
+    return out

@@ -239,3 +239,39 @@ async def test_metrics_count_bytes_and_messages_out(topic_core: BrokerCore) -> N
     assert registry.get_sample_value("strom_broker_messages_out_total", {"topic": "t"}) == 3
     assert registry.get_sample_value("strom_broker_bytes_out_total", {"topic": "t"}) == len(
         response.partitions[0].records)
+
+
+async def test_a_full_answer_reads_no_further_partition(core: BrokerCore,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the answer holds ``max_bytes``, the partitions after it get their offsets and no
+    records without a read of their logs (Kafka reads them with a zero limit); before, each
+    was read for a byte that was then dropped: a 25 MB fetch split in 4 MB answers read the
+    1,000 partitions again per answer (issue 21). The answer is the one it was."""
+    await core.topics.create_topic("wide", 6)
+    for p in range(6):
+        await _produce(core, [b"x" * 300] * (p + 1), topic="wide", partition=p)
+    await core.topics.create_topic("gone", 1)
+    reads: list[int] = []
+    from strom.storage.log import PartitionLog
+    original = PartitionLog.read
+
+    def counted(self: PartitionLog, *args: object, **kwargs: object) -> object:
+        reads.append(1)
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PartitionLog, "read", counted)
+    request = broker_pb2.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=600, partitions=[
+        broker_pb2.FetchPartition(topic="wide", partition=p, fetch_offset=offset,
+                                  current_leader_epoch=-1)
+        for p, offset in [(1, 0), (0, 0), (2, 0), (3, 9), (4, 5), (5, 6)]]
+        + [broker_pb2.FetchPartition(topic="nope", partition=0, fetch_offset=0,
+                                     current_leader_epoch=-1)])
+    response = await fetch.handle(core, request)
+    parts = response.partitions
+    assert [len(list(decode_batches(p.records))) for p in parts] == [2, 0, 0, 0, 0, 0, 0]
+    assert [(p.high_watermark, p.log_start_offset) for p in parts[:6]] == [
+        (2, 0), (1, 0), (3, 0), (-1, -1), (5, 0), (6, 0)]
+    assert [ErrorCode(p.error_code).name for p in parts] == [
+        "NONE", "NONE", "NONE", "OFFSET_OUT_OF_RANGE", "NONE", "NONE",
+        "UNKNOWN_TOPIC_OR_PARTITION"]
+    assert len(reads) == 1  # the first partition only (3 before: each with data to give)

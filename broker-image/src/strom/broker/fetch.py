@@ -125,6 +125,7 @@ def read_once(core: BrokerCore, request: broker_pb2.FetchRequest, max_bytes: int
     for p in request.partitions:
         out = PartitionRead(p.topic, p.partition)
         reads.append(out)
+        full = False
         try:
             if p.partition_max_bytes < 0:
                 raise StromError(ErrorCode.INVALID_FETCH_SIZE,
@@ -132,8 +133,13 @@ def read_once(core: BrokerCore, request: broker_pb2.FetchRequest, max_bytes: int
                                  f"{p.topic}-{p.partition} is negative; use a size in bytes, "
                                  f"or 0 for the default ({DEFAULT_PARTITION_MAX_BYTES})")
             limit = min(p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES, remaining)
-            result = core.replicas.read(p.topic, p.partition, p.fetch_offset, max(limit, 1),
-                                        p.current_leader_epoch)
+            # once the answer is full, the partitions after it are checked and get their
+            # offsets but no records, without reading the log (Kafka reads them with a zero
+            # limit): a fetch that fills fetch.max.bytes early no longer reads every other
+            # partition for bytes it then drops
+            full = total > 0 and limit <= 0
+            result = core.replicas.read(p.topic, p.partition, p.fetch_offset,
+                                        0 if full else max(limit, 1), p.current_leader_epoch)
         except StromError as err:
             out.error_code = int(err.code)
             out.error_message = err.message
@@ -144,6 +150,8 @@ def read_once(core: BrokerCore, request: broker_pb2.FetchRequest, max_bytes: int
         out.log_start_offset = result.log_start_offset
         records = result.records
         if not records:
+            if full and p.fetch_offset < result.high_watermark:
+                done = True  # data exists but does not fit this response
             continue
         if total > 0 and len(records) > limit:
             records = whole_batches_within(records, limit)

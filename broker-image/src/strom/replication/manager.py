@@ -453,7 +453,8 @@ class ReplicaManager:
 
         Offsets between the high watermark and the log end offset are valid but return nothing
         yet (a new leader's high watermark may briefly lag what consumers already saw), as in
-        Kafka; beyond the log end offset is OFFSET_OUT_OF_RANGE.
+        Kafka; beyond the log end offset is OFFSET_OUT_OF_RANGE. ``max_bytes`` 0: the checks
+        and offsets only, no records (a fetch answer that is already full).
         """
         plog, _ = self.leader_log(topic, partition, current_leader_epoch)
         hw = plog.high_watermark
@@ -465,7 +466,7 @@ class ReplicaManager:
                 f"are [{plog.log_start_offset}, {end}] (log start offset .. log end offset; "
                 f"records below the high watermark {hw} are readable)",
             )
-        if offset >= hw:
+        if offset >= hw or max_bytes <= 0:
             return ReadResult(b"", plog.log_start_offset, end, hw)
         return plog.read(offset, max_bytes, max_offset=hw)
 

@@ -196,3 +196,18 @@ def test_seek_right_after_position_never_stalls(fake_cluster: FakeCluster) -> No
             while len(got) < 10 and time.monotonic() < deadline:
                 got += [r.offset for r in c.poll(100)]
             assert got == list(range(90, 100))
+
+
+def test_a_fetch_asks_at_most_fetch_request_bytes(fake_cluster: FakeCluster) -> None:
+    """A catch-up over many partitions comes as several answers of at most
+    ``FETCH_REQUEST_BYTES``, whatever ``fetch_max_bytes`` allows, so one is decoded while the
+    next is built and sent (issue 21: over 1,000 partitions one Fetch carried 24.7 MB)."""
+    from strom.client.fetcher import FETCH_REQUEST_BYTES
+
+    _fill(fake_cluster, 200, partitions=20)
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest",
+                  fetch_max_bytes=64 << 20) as c:
+        c.assign([TopicPartition("t", p) for p in range(20)])
+        assert len(_drain(c, 200)) == 200
+    sizes = [request.max_bytes for _, name, request in fake_cluster.calls if name == "Fetch"]
+    assert sizes and max(sizes) == FETCH_REQUEST_BYTES == 4 << 20  # 20 MiB before

@@ -42,6 +42,13 @@ log = logging.getLogger("strom.client.consumer")
 #: answers consumed faster than 8 MiB ones (Python gRPC's per-message cost grows with size), so
 #: bigger ``max_partition_fetch_bytes`` settings are served as several pipelined 1 MiB fetches.
 FETCH_CHUNK_BYTES = 1 << 20
+#: Bytes asked for in one Fetch, at most, whatever ``fetch_max_bytes`` allows: a bigger
+#: catch-up is served as several answers, so the client decodes one while the broker builds
+#: and sends the next (one Fetch is in flight per leader). Over 1,000 partitions one Fetch
+#: carried all 24.7 MB of a 200,000-record catch-up and nothing was decoded until it had
+#: arrived; once the broker stopped reading the partitions after a full answer, 4 MiB
+#: answers read it ~1.7x as fast (issue 21, docs/decisions.md).
+FETCH_REQUEST_BYTES = 4 << 20
 #: Prefetched answers buffered per partition beyond the one poll() is reading.
 PREFETCH_DEPTH = 4
 
@@ -242,7 +249,8 @@ class ConsumerCore:
         s = self.settings
         request = broker_pb2.FetchRequest(
             max_wait_ms=s.fetch_max_wait_ms, min_bytes=s.fetch_min_bytes,
-            max_bytes=min(s.fetch_max_bytes, self.partition_fetch_bytes * max(4, len(wanted))),
+            max_bytes=min(s.fetch_max_bytes, self.partition_fetch_bytes * max(4, len(wanted)),
+                          FETCH_REQUEST_BYTES),
             replica_id=-1, isolation_level=0,
             partitions=[broker_pb2.FetchPartition(
                 topic=tp.topic, partition=tp.partition, fetch_offset=off,

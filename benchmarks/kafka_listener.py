@@ -20,7 +20,9 @@ Writes ``results/kafka-listener.png`` when matplotlib is installed (it is not a 
 from __future__ import annotations
 
 import functools
+import os
 import tempfile
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,17 @@ KAFKA_DEFAULT_FETCH = "strom Kafka listener (confluent-kafka, fetch defaults)"
 #: librdkafka's own fetch sizes (1 MiB per partition, 50 MiB per fetch) instead of the 8 / 64 MiB
 #: every catch-up row uses: smaller responses pipeline better through the listener (measured).
 DEFAULT_FETCH = {"max.partition.fetch.bytes": 1 << 20, "fetch.max.bytes": 52_428_800}
+
+
+def _produce_requests(metrics_url: str) -> float:
+    """The Produce requests the broker has served through either front (its
+    ``strom_broker_requests`` counter): per run, the records each request carried."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "strom_broker_requests_total" and s.labels.get("api") == "Produce")
 
 
 def _broker_cpu(runs: list[float], records: int) -> dict[str, float]:
@@ -128,21 +141,35 @@ def run(params: dict[str, Any], results: list[Result],
         # Alternated per repeat, like the throughput rows; each percentile is the median of
         # the runs' percentiles.
         per_run: dict[int, list[list[float]]] = {i: [] for i in range(len(latency_runs))}
+        # What each run's tail is made of (docs/decisions.md "The Kafka listener's e2e tail
+        # under load"): the broker's CPU, its Produce requests (records per request) and the
+        # load, in run order beside the percentiles.
+        conditions: dict[int, list[dict[str, float]]] = {i: [] for i in range(len(latency_runs))}
         for rep in range(reps):
             for i, (system, variant, measure) in enumerate(latency_runs):
                 topic = f"latency-{i}-{rep}"
                 create(topic, 1)
                 progress(f"kafka-listener: {system}{variant}, end-to-end latency at {rate:,}/s "
                          f"for {secs:g} s, run {rep + 1}/{reps}")
+                load, cpu, produces = os.getloadavg()[0], cpu_seconds(broker.pid), \
+                    _produce_requests(broker.metrics_url)
                 per_run[i].append(measure(topic))
+                requests = _produce_requests(broker.metrics_url) - produces
+                conditions[i].append({
+                    "broker_cpu_s": cpu_seconds(broker.pid) - cpu,
+                    "records_per_produce_request": len(per_run[i][-1]) / max(requests, 1),
+                    "load_avg_1m": (load + os.getloadavg()[0]) / 2})
         for i, (system, variant, _) in enumerate(latency_runs):
             for q in (50, 99):
-                values = sorted(percentile(lat, q) for lat in per_run[i])
+                by_run = [percentile(lat, q) for lat in per_run[i]]
+                values = sorted(by_run)
                 rows.append(Result(f"{system}{variant}", "1p-100B", f"e2e p{q:g} @{rate}/s",
                                    values[(len(values) - 1) // 2], "ms",
                                    higher_is_better=False,
                                    peers=[GRPC] if system == KAFKA else [],
-                                   extra={"runs": values}))
+                                   extra={"runs": values, "by_run": [
+                                       {f"p{q:g}_ms": v, **c}
+                                       for v, c in zip(by_run, conditions[i], strict=True)]}))
     results.extend(rows)
     return rows
 

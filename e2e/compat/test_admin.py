@@ -310,8 +310,10 @@ def test_produce_v0_to_v2_close_the_connection_as_kafka(pair: Any) -> None:
 def test_list_offsets_special_timestamps_answer_as_kafka(pair: Any,
                                                          name: Callable[[str], str]) -> None:
     """-1 to -6 (KIP-734, KIP-405, KIP-1005, KIP-1023's -6 at v11) at the versions that bring
-    them and one older, plus an unknown -7: the same (error, offset, timestamp) on both (Kafka
-    without tiered storage: -4 is the log start offset, -5 / -6 find nothing)."""
+    them and one older, plus an unknown -7, a time before every record and one after: the same
+    (error, offset, timestamp, leader epoch) on both (Kafka without tiered storage: -4 is the
+    log start offset, -5 / -6 find nothing; the epoch is the found offset's, KIP-320, here 0 on
+    the one-epoch topic; record timestamps differ between the runs, so only their presence)."""
     import datetime
     import importlib
 
@@ -319,9 +321,9 @@ def test_list_offsets_special_timestamps_answer_as_kafka(pair: Any,
 
     topic = name("lo-special")
     asked = [(11, -1), (11, -2), (11, -4), (11, -5), (11, -6), (11, -7), (10, -6), (8, -4),
-             (7, -4), (9, -5), (8, -5), (7, -3), (6, -3)]
+             (7, -4), (9, -5), (8, -5), (7, -3), (6, -3), (11, -3), (11, 0), (11, 2**62)]
 
-    def scenario(server: Any) -> list[tuple[int, int, int]]:
+    def scenario(server: Any) -> list[tuple[int, int, int, int]]:
         client = admin(server.bootstrap)
         client.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
         wait_for_topic(client, topic, 1)
@@ -341,12 +343,14 @@ def test_list_offsets_special_timestamps_answer_as_kafka(pair: Any,
             answer = raw_call(server.bootstrap, 2, version, req.ListOffsetsRequest(**fields),
                               resp.ListOffsetsResponse)
             p = answer.topics[0].partitions[0]
-            out.append((int(p.error_code), p.offset, p.timestamp if timestamp != -3 else 0))
+            stamp = p.timestamp if timestamp not in (-3, 0) else int(p.timestamp >= 0)
+            out.append((int(p.error_code), p.offset, stamp, p.leader_epoch))
         return out
 
     kafka, strom = (scenario(server) for server in pair.both())
     assert strom == kafka
-    assert kafka[4] == (0, -1, -1)  # -6 at v11: nothing pending upload
+    assert kafka[4] == (0, -1, -1, -1)  # -6 at v11: nothing pending upload
+    assert kafka[1] == (0, 0, -1, 0)  # earliest: the log start offset in epoch 0
 
 
 def test_alter_partition_reassignments_v1_answers_as_kafka(pair: Any,

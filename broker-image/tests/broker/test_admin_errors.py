@@ -223,3 +223,8 @@ async def test_list_offsets(core: BrokerCore) -> None:
     assert [((a := await ask(t)).error_code, a.offset) for t in (-4, -5, -6)] == [
         (0, 0), (0, -1), (0, -1)]
     assert (await ask(-1, "zz")).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # the offset's leader epoch, as Kafka's answer carries it (issue 14; epochs that change
+    # inside a log: test_list_offsets_epochs.py): all written in epoch 0, -1 when none is found
+    epochs = [(await ask(t)).leader_epoch for t in (-1, -2, -3, 1500, -4, 99999, -5, -6)]
+    assert epochs == [0, 0, 0, 0, 0, -1, -1, -1]
+    assert (await ask(-1, "zz")).leader_epoch == -1

@@ -317,17 +317,19 @@ def _list_offsets(port: int, version: int, topic: str, timestamp: int) -> Any:
     answer = kafka_call(port, 2, version, module.ListOffsetsRequest(**fields),
                         response_type(2, version))
     p = answer.topics[0].partitions[0]
-    return int(p.error_code), p.offset, p.timestamp
+    return int(p.error_code), p.offset, p.timestamp, p.leader_epoch
 
 
-#: (version, timestamp) -> (error, offset, timestamp) for a 3-record partition from 0, as Kafka
-#: 4.3.1 answers (e2e/compat/test_admin.py compares them): -4 is the log start offset without
-#: tiered storage, -5 / -6 find nothing; a special timestamp older than its version and an
-#: unknown negative one are UNSUPPORTED_VERSION.
-LIST_OFFSETS_SPECIALS = {(11, -1): (0, 3, -1), (11, -2): (0, 0, -1), (11, -4): (0, 0, -1),
-                         (11, -5): (0, -1, -1), (11, -6): (0, -1, -1), (11, -7): (35, -1, -1),
-                         (10, -6): (35, -1, -1), (8, -4): (0, 0, -1), (7, -4): (35, -1, -1),
-                         (9, -5): (0, -1, -1), (8, -5): (35, -1, -1), (6, -3): (35, -1, -1)}
+#: (version, timestamp) -> (error, offset, timestamp, leader epoch) for a 3-record partition from
+#: 0 written in epoch 0, as Kafka 4.3.1 answers (e2e/compat/test_admin.py compares them): -4 is
+#: the log start offset without tiered storage, -5 / -6 find nothing; a special timestamp older
+#: than its version and an unknown negative one are UNSUPPORTED_VERSION; the epoch is the found
+#: offset's (KIP-320), -1 with offset -1.
+LIST_OFFSETS_SPECIALS = {
+    (11, -1): (0, 3, -1, 0), (11, -2): (0, 0, -1, 0), (11, -4): (0, 0, -1, 0),
+    (11, -5): (0, -1, -1, -1), (11, -6): (0, -1, -1, -1), (11, -7): (35, -1, -1, -1),
+    (10, -6): (35, -1, -1, -1), (8, -4): (0, 0, -1, 0), (7, -4): (35, -1, -1, -1),
+    (9, -5): (0, -1, -1, -1), (8, -5): (35, -1, -1, -1), (6, -3): (35, -1, -1, -1)}
 
 
 def test_list_offsets_v11_answers_the_special_timestamps_as_kafka(broker: BrokerProcess) -> None:
@@ -337,6 +339,18 @@ def test_list_offsets_v11_answers_the_special_timestamps_as_kafka(broker: Broker
     got = {key: _list_offsets(broker.kafka_port, key[0], topic, key[1])
            for key in LIST_OFFSETS_SPECIALS}
     assert got == LIST_OFFSETS_SPECIALS
+
+
+def test_list_offsets_answers_the_epoch_of_an_offset_found_by_time(broker: BrokerProcess) -> None:
+    """A time and max timestamp (-3) answer the leader epoch of the record's batch, as Kafka's
+    (issue 14: it was -1, so Java's consumer skipped validating a position reset by time)."""
+    topic = new_topic(broker)
+    _produce(broker, topic, 3)
+    by_time = _list_offsets(broker.kafka_port, 11, topic, 0)
+    newest = _list_offsets(broker.kafka_port, 11, topic, -3)
+    assert (by_time[0], by_time[1], by_time[3]) == (0, 0, 0)
+    assert (newest[0], newest[1] in (0, 1, 2), newest[3]) == (0, True, 0)
+    assert _list_offsets(broker.kafka_port, 11, topic, 2**62)[1:] == (-1, -1, -1)
 
 
 def test_offset_commit_and_fetch_v10_name_topics_by_id(broker: BrokerProcess) -> None:

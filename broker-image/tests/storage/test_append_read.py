@@ -203,9 +203,9 @@ def test_offset_for_timestamp_and_max_timestamp(open_log, make_batch):
     for i in range(30):
         log.append_as_leader(encode_batch([(b"k", b"v%d" % j) for j in range(3)],
                                           timestamp_ms=1000 + 10 * i), 0)
-    assert log.offset_for_timestamp(0) == (0, 1000)
-    assert log.offset_for_timestamp(1055) == (18, 1060)
-    assert log.offset_for_timestamp(1290) == (87, 1290)
+    assert log.offset_for_timestamp(0) == (0, 1000, 0)
+    assert log.offset_for_timestamp(1055) == (18, 1060, 0)
+    assert log.offset_for_timestamp(1290) == (87, 1290, 0)
     assert log.offset_for_timestamp(1291) is None
-    assert log.max_timestamp_and_offset() == (1290, 87)
-    assert open_log(name="empty-0").max_timestamp_and_offset() is None
+    assert log.offset_of_max_timestamp() == (87, 1290, 0)
+    assert open_log(name="empty-0").offset_of_max_timestamp() is None

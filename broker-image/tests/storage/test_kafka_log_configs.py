@@ -38,7 +38,7 @@ def test_the_leader_stores_batches_in_the_topic_codec(open_log, clock, topic_cod
     assert codecs == [stored, stored]
     assert got == [(i, k, v) for i, (k, v) in enumerate(records)]
     assert first.base_offset == 0 and first.last_offset == 19
-    assert log.max_timestamp_and_offset() == (clock.now + 7, 20)
+    assert log.offset_of_max_timestamp() == (20, clock.now + 7, 3)
 
 
 def test_recompressed_idempotent_batches_keep_their_sequence_and_dedupe(open_log, clock):

@@ -10,7 +10,8 @@ none (as Kafka answers). Errors are per partition (UNKNOWN_TOPIC_OR_PARTITION, o
 for another negative timestamp).
 
 Answered only by the partition's leader (NOT_LEADER_OR_FOLLOWER elsewhere), so "latest" is the
-leader's high watermark: an offset every in-sync replica has.
+leader's high watermark: an offset every in-sync replica has. Every answer carries the leader
+epoch of the offset found, as Kafka's (see :func:`find`), for consumers' KIP-320 validation.
 
 Not supported: tiered storage (so -4 equals -2, and -5 / -6 find nothing), isolation
 levels (no transactions, so the last stable offset equals the high watermark), the
@@ -23,7 +24,7 @@ from strom.broker.core import BrokerCore
 from strom.broker.requests import require_topic_names
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2
-from strom.storage.log import PartitionLog
+from strom.storage.log import PartitionLog, TimestampAndOffset
 
 LATEST = -1
 EARLIEST = -2
@@ -31,6 +32,7 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 EARLIEST_PENDING_UPLOAD = -6
+NOT_FOUND = TimestampAndOffset(-1, -1, -1)
 
 
 async def handle(core: BrokerCore, request: broker_pb2.ListOffsetsRequest
@@ -39,9 +41,10 @@ async def handle(core: BrokerCore, request: broker_pb2.ListOffsetsRequest
     response = broker_pb2.ListOffsetsResponse()
     for p in request.partitions:
         out = response.partitions.add(topic=p.topic, partition=p.partition, offset=-1,
-                                      timestamp=-1)
+                                      timestamp=-1, leader_epoch=-1)
         try:
-            out.offset, out.timestamp = lookup(core, p.topic, p.partition, p.timestamp)
+            out.offset, out.timestamp, out.leader_epoch = lookup_with_epoch(
+                core, p.topic, p.partition, p.timestamp)
         except StromError as err:
             out.error_code = int(err.code)
             out.error_message = err.message
@@ -60,37 +63,40 @@ def lookup_with_epoch(core: BrokerCore, topic: str, partition: int, timestamp: i
     """(offset, timestamp, leader epoch) for one partition, -1 where Kafka answers -1.
 
     ``current_leader_epoch`` >= 0 is checked as Fetch checks it (FENCED_/UNKNOWN_LEADER_EPOCH).
-    The epoch is the current leader epoch for "latest" (as Kafka answers), else -1 (unknown:
-    consumers then skip the KIP-320 position validation for that offset).
     """
     plog, view = core.replicas.leader_log(topic, partition, current_leader_epoch)
-    if timestamp == LATEST:
-        return plog.high_watermark, -1, view.leader_epoch
-    offset, ts = _lookup(plog, topic, partition, timestamp)
-    return offset, ts, -1
+    return find(plog, timestamp, view.leader_epoch, topic=topic, partition=partition)
 
 
-def _lookup(plog: PartitionLog, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+def find(plog: PartitionLog, timestamp: int, leader_epoch: int, *, topic: str = "",
+         partition: int = -1) -> TimestampAndOffset:
+    """What a leader in ``leader_epoch`` answers for ``timestamp`` on ``plog``, as Kafka's
+    Partition.fetchOffsetForTimestamp / UnifiedLog.fetchOffsetByTimestamp do.
+
+    The epoch is the one a consumer resetting to the offset validates it with (KIP-320; -1 makes
+    Java's consumer skip that check): "latest" the current leader epoch, "earliest" (and
+    "earliest local", the whole log being local) the epoch of the log start offset from the epoch
+    cache, a time or "max timestamp" the epoch of the batch holding the found record; the tiered
+    queries and a time with no record at or after it answer -1 / -1. A record found beyond the
+    high watermark is not found (consumers cannot read it yet), as in Kafka.
+    """
     if timestamp == LATEST:
-        return plog.high_watermark, -1
+        return TimestampAndOffset(plog.high_watermark, -1, leader_epoch)
     if timestamp in (EARLIEST, EARLIEST_LOCAL):  # no tiered storage: every offset is local
-        return plog.log_start_offset, -1
+        start = plog.log_start_offset
+        return TimestampAndOffset(start, -1, plog.epoch_for_offset(start))
     if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):  # nothing tiered, none pending
-        return -1, -1
+        return NOT_FOUND
     if timestamp == MAX_TIMESTAMP:
-        found = plog.max_timestamp_and_offset()
-        if found is None:
-            return -1, -1
-        ts, offset = found
-        return offset, ts
+        return plog.offset_of_max_timestamp() or NOT_FOUND
     if timestamp < 0:
         raise StromError(ErrorCode.INVALID_REQUEST,
                          f"timestamp={timestamp} for {topic}-{partition} is invalid; use -1 "
                          f"(latest), -2 (earliest), -3 (max timestamp), -4 (earliest local), -5 "
                          f"(latest tiered), -6 (earliest pending upload) or a time in ms >= 0")
     by_time = plog.offset_for_timestamp(timestamp)
-    if by_time is None or by_time[0] >= plog.high_watermark:
-        return -1, -1
+    if by_time is None or by_time.offset >= plog.high_watermark:
+        return NOT_FOUND
     return by_time
 
 

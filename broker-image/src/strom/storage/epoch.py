@@ -104,6 +104,13 @@ class LeaderEpochCache:
     def clear(self) -> None:
         self._entries = []
 
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch of the entry covering ``offset`` (the last one starting at or before it), or
+        -1 when none does: Kafka's LeaderEpochFileCache.epochForOffset, which ListOffsets
+        answers for the log start offset so a consumer reset there can validate it (KIP-320)."""
+        i = bisect.bisect_right([o for _, o in self._entries], offset) - 1
+        return self._entries[i][0] if i >= 0 else UNDEFINED_EPOCH
+
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch answer: (largest epoch <= ``epoch``, its end offset)."""
         if epoch == UNDEFINED_EPOCH or not self._entries:

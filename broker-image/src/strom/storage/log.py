@@ -85,6 +85,16 @@ class AppendResult(NamedTuple):
     duplicate: bool = False  # an idempotent producer's retry of a batch the log already holds
 
 
+class TimestampAndOffset(NamedTuple):
+    """A record found by time (Kafka's FileRecords.TimestampAndOffset): its offset, timestamp
+    and the leader epoch of its batch (-1 if the batch has none), which ListOffsets answers so
+    a consumer that resets to the offset can validate it (KIP-320)."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
 @dataclass(frozen=True, slots=True)
 class _Deferred:
     """What a deferred open keeps for the load on first use."""
@@ -487,6 +497,10 @@ class PartitionLog:
     def epochs(self) -> list[tuple[int, int]]:
         return self._epochs.entries
 
+    def epoch_for_offset(self, offset: int) -> int:
+        """The leader epoch ``offset`` was written in, from the epoch cache; -1 if unknown."""
+        return self._epochs.epoch_for_offset(offset)
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) as Kafka's OffsetsForLeaderEpoch; (-1, -1) if unknown."""
         return self._epochs.end_offset_for(epoch, self.log_end_offset)
@@ -807,8 +821,8 @@ class PartitionLog:
                 data = _whole_batches(data, h.size, limit)
         return ReadResult(data, self._log_start_offset, end, self.high_watermark)
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms``, or None."""
+    def offset_for_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
+        """The first record with timestamp >= ``timestamp_ms`` (with its batch's epoch), or None."""
         self._check_open()
         for seg in self._segments:
             if seg.max_timestamp < timestamp_ms:
@@ -821,14 +835,13 @@ class PartitionLog:
                     continue
                 for r in decode_batches(seg.read_at(header.position, header.size)):
                     if r.timestamp >= timestamp_ms and r.offset >= self._log_start_offset:
-                        return r.offset, r.timestamp
+                        return TimestampAndOffset(r.offset, r.timestamp,
+                                                  _epoch_or_none(header.leader_epoch))
         return None
 
-    def max_timestamp_and_offset(self) -> tuple[int, int] | None:
-        """(max timestamp, offset of the first record with it), for ListOffsets -3; None if empty.
-
-        Note the order: timestamp first (unlike ``offset_for_timestamp``).
-        """
+    def offset_of_max_timestamp(self) -> TimestampAndOffset | None:
+        """The first record with the largest timestamp (with its batch's epoch), for ListOffsets
+        -3; None if the log is empty."""
         self._check_open()
         best: LogSegment | None = None
         for seg in self._segments:
@@ -839,10 +852,11 @@ class PartitionLog:
         h = best.find(best.max_timestamp_batch)
         if h is None:
             return None
+        epoch = _epoch_or_none(h.leader_epoch)
         for r in decode_batches(best.read_at(h.position, h.size)):
             if r.timestamp == best.max_timestamp:
-                return r.timestamp, r.offset
-        return best.max_timestamp, h.last_offset
+                return TimestampAndOffset(r.offset, r.timestamp, epoch)
+        return TimestampAndOffset(h.last_offset, best.max_timestamp, epoch)
 
     # ---- truncation ------------------------------------------------------------------------
 
@@ -1346,3 +1360,9 @@ def _batch_count(part: bytes | memoryview) -> int:
         pos += LOG_OVERHEAD + length
         count += 1
     return count if pos == total else 0
+
+
+def _epoch_or_none(leader_epoch: int) -> int:
+    """A batch's partition leader epoch, or -1 for one written without (Kafka: NO_PARTITION_
+    LEADER_EPOCH answers an empty epoch)."""
+    return leader_epoch if leader_epoch >= 0 else -1

@@ -10,8 +10,9 @@ UNKNOWN_LEADER_EPOCH); read_committed equals read_uncommitted (no transactions).
 partition with Kafka's codes: a special timestamp older than its version, or an unknown
 negative one, is UNSUPPORTED_VERSION (what Kafka 4.3.1 answers).
 
-Not supported: the leader epoch of an offset found by time or earliest (-1: consumers skip the
-validation).
+Every answer carries the offset's leader epoch as Kafka's does (the core's
+:func:`strom.broker.offsets.find`): the current one for latest, the log start offset's for
+earliest, the found batch's for a time or max timestamp, -1 where the offset is -1.
 """
 
 from __future__ import annotations

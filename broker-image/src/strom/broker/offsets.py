@@ -78,7 +78,8 @@ def find(plog: PartitionLog, timestamp: int, leader_epoch: int, *, topic: str = 
     "earliest local", the whole log being local) the epoch of the log start offset from the epoch
     cache, a time or "max timestamp" the epoch of the batch holding the found record; the tiered
     queries and a time with no record at or after it answer -1 / -1. A record found beyond the
-    high watermark is not found (consumers cannot read it yet), as in Kafka.
+    high watermark, by a time or as the max timestamp, is not found (consumers cannot read it
+    yet), as in Kafka.
     """
     if timestamp == LATEST:
         return TimestampAndOffset(plog.high_watermark, -1, leader_epoch)
@@ -88,16 +89,17 @@ def find(plog: PartitionLog, timestamp: int, leader_epoch: int, *, topic: str = 
     if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):  # nothing tiered, none pending
         return NOT_FOUND
     if timestamp == MAX_TIMESTAMP:
-        return plog.offset_of_max_timestamp() or NOT_FOUND
-    if timestamp < 0:
+        found = plog.offset_of_max_timestamp()
+    elif timestamp < 0:
         raise StromError(ErrorCode.INVALID_REQUEST,
                          f"timestamp={timestamp} for {topic}-{partition} is invalid; use -1 "
                          f"(latest), -2 (earliest), -3 (max timestamp), -4 (earliest local), -5 "
                          f"(latest tiered), -6 (earliest pending upload) or a time in ms >= 0")
-    by_time = plog.offset_for_timestamp(timestamp)
-    if by_time is None or by_time.offset >= plog.high_watermark:
-        return NOT_FOUND
-    return by_time
+    else:
+        found = plog.offset_for_timestamp(timestamp)
+    if found is None or found.offset >= plog.high_watermark:  # both, as Kafka's filter on
+        return NOT_FOUND  # lastFetchableOffset in Partition.fetchOffsetForTimestamp
+    return found
 
 
 def end_offset_for_epoch(core: BrokerCore, topic: str, partition: int, epoch: int,

@@ -16,7 +16,7 @@ brokers' heartbeats to the controller, the controller's loop and the followers' 
 when there is nothing to do.
 
 Run: ``uv run --all-packages python -m benchmarks.idle_cpu [--partitions N] [--window-s 20]
-[--windows 3] [--settle-s 10] [--json PATH]``.
+[--windows 3] [--settle-s 10] [--json PATH] [--logs DIR]``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -89,7 +90,7 @@ def wait_settled(cluster: Cluster, settle_s: float, timeout_s: float) -> tuple[f
 
 def measure(partitions: int, *, window_s: float = 20.0, windows: int = 3,
             settle_s: float = 10.0, max_seconds: float = 600.0,
-            say: object = print) -> IdlePoint:
+            say: object = print, logs_dir: Path | None = None) -> IdlePoint:
     log = say if callable(say) else print
     point = IdlePoint(partitions)
     config = {**production_defaults(), "min.insync.replicas": "2"}
@@ -129,6 +130,10 @@ def measure(partitions: int, *, window_s: float = 20.0, windows: int = 3,
                                    f"{point.metadata_offset} -> {offset}")
         except Exception as exc:
             point.notes.append(f"describe after the windows failed: {exc}")
+        if logs_dir is not None:
+            logs_dir.mkdir(parents=True, exist_ok=True)
+            for b, broker in cluster.brokers.items():
+                shutil.copy(broker.stderr_path, logs_dir / f"{partitions}-broker-{b}.log")
     return point
 
 
@@ -140,9 +145,10 @@ def main() -> None:
     parser.add_argument("--settle-s", type=float, default=10.0)
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--logs", type=Path, help="copy the brokers' logs into this directory")
     args = parser.parse_args()
     point = measure(args.partitions, window_s=args.window_s, windows=args.windows,
-                    settle_s=args.settle_s, max_seconds=args.max_seconds)
+                    settle_s=args.settle_s, max_seconds=args.max_seconds, logs_dir=args.logs)
     medians = point.median_per_broker()
     print(f"idle CPU at {args.partitions:,} partitions, median of {len(point.windows)} "
           f"windows of {args.window_s:.0f} s: "

@@ -10,6 +10,7 @@ replaced; compaction snapshots the image into the log.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 import uuid
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from strom.controller import driver as driver_module
 from strom.controller.driver import NotControllerError, QuorumDriver, sends_before_applies
 from strom.controller.messages import (
     AppendEntries,
@@ -316,8 +318,8 @@ async def test_a_stall_of_the_event_loop_is_not_counted_on_the_raft_clock() -> N
     """A follower hears its leader every 30 ms; three times the loop is blocked for 0.7 s
     (longer than any election deadline drawn from [300, 600) ms: a broker's loop building a
     10,000-partition answer on a loaded machine) and the next heartbeat comes 20 ms after.
-    The follower's timer fires late, the stall is not counted on its clock, and the tick
-    waits a heartbeat interval: it never campaigns. Before, the late tick found the
+    The follower's timer fires late and the stall is not counted on its clock: it never
+    campaigns. Before, the late tick found the
     deadline passed and the follower left its leader (pre-vote) before the heartbeat that
     was on its way."""
     driver = QuorumDriver(
@@ -347,6 +349,30 @@ async def test_a_stall_of_the_event_loop_is_not_counted_on_the_raft_clock() -> N
         assert driver.stalls_forgiven >= 3
     finally:
         await driver.stop()
+
+
+class _SlowDisk(MemoryRaftLog):
+    def append(self, entries: tuple[LogEntry, ...]) -> None:
+        time.sleep(0.15)  # an fsync behind the files of thousands of new partitions
+        super().append(entries)
+
+
+async def test_a_slow_persist_is_logged(monkeypatch: pytest.MonkeyPatch,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    """The driver handles nothing while a persist runs, so a slow one is named in the log."""
+    monkeypatch.setattr(driver_module, "SLOW_PERSIST_S", 0.1)
+    config = RaftConfig(0, frozenset({0}), election_timeout_ms=50, heartbeat_interval_ms=10)
+    driver = QuorumDriver(config, _SlowDisk(), _Silent())
+    await driver.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="strom.controller"):
+            async with asyncio.timeout(10):
+                while not driver.node.is_leader:
+                    await asyncio.sleep(0.01)
+                await driver.propose(_register(0))
+    finally:
+        await driver.stop()
+    assert any("persisting the metadata log took" in r.message for r in caplog.records)
 
 
 def test_a_follower_acknowledges_new_entries_before_applying_committed_ones() -> None:

@@ -48,7 +48,7 @@ from strom.controller.quorum_client import QuorumClient
 from strom.controller.quorum_server import QuorumService
 from strom.controller.raft import RaftConfig
 from strom.controller.raftlog import DiskRaftLog
-from strom.controller.transport import GrpcTransport
+from strom.controller.transport import GrpcTransport, request_timeout_s
 from strom.protocol.errors import ErrorCode, StromError, error_code_from_int
 from strom.shutdown import cancel_and_wait
 from strom.supervision import failed, spawn
@@ -108,7 +108,8 @@ class ClusterLink:
         )
         self.driver = QuorumDriver(
             raft_config, DiskRaftLog(raft_dir),
-            GrpcTransport(peers, cluster_id=lambda: self.driver.image.cluster_id),
+            GrpcTransport(peers, timeout_s=request_timeout_s(election_ms),
+                          cluster_id=lambda: self.driver.image.cluster_id),
             compact_every=int(config.get("metadata.compact.every")),
             on_apply=self._applied_image, manage_observers=True,
         )

@@ -15,11 +15,10 @@ every node whatever was due (a third of an empty cluster's idle CPU).
 
 The node's own stalls do not count on its Raft clock: a timer that fires more than a heartbeat
 interval late means the event loop could not run this node (a long callback, or many); the
-lateness is taken off the clock the node is given, and the tick comes a heartbeat interval
-later, after the messages that arrived meanwhile. A tick that finds messages already waiting
-in the inbox goes behind them once. Either way a leader's check-quorum counts the
-acknowledgements that did arrive and a follower's election deadline the heartbeats: a node
-that could not listen proves nothing about its peers (at 10,000 partitions the broker's loop
+lateness is taken off the clock the node is given (a first version also held the tick back a
+heartbeat interval: that delayed a loaded leader's heartbeats, and elections churned). A tick
+that finds messages already waiting in the inbox goes behind them once. A node that could
+not listen proves nothing about its peers (at 10,000 partitions the broker's loop
 runs seconds late at times, and leaders stepped down for it).
 
 How actions are carried out (``_execute``), strictly in the order returned:
@@ -92,6 +91,12 @@ __all__ = ["NotControllerError", "QuorumDriver", "QuorumStatus", "sends_before_a
 
 log = logging.getLogger("strom.controller")
 _undecodable = RateLimitedLog(log)
+_slow = RateLimitedLog(log)
+
+SLOW_PERSIST_S = 0.5
+"""A persist (an fsync of the metadata log) slower than this is logged: the driver handles
+nothing else meanwhile (no heartbeat answered, no vote given), so on a disk busy with, say,
+the files of 10,000 new partitions it is a reason leaders step down and elections stall."""
 
 APPLY_SLICE_S = 0.02
 """Longest stretch of applying committed entries between two yields to the event loop."""
@@ -331,17 +336,14 @@ class QuorumDriver:
             return
         self._tick_queued = True
         late = self._clock_ms() - due if due is not None else 0
-        grace = self.config.heartbeat_interval_ms
-        if late > grace:
+        if late > self.config.heartbeat_interval_ms:
             # The event loop did not get to this timer for `late` ms (a long callback, or many):
-            # that time is not counted on the node's clock (it pauses), and the tick comes a
-            # grace later, after the messages that arrived meanwhile. A follower that did not
+            # that time is not counted on the node's clock (it pauses). A follower that did not
             # read the heartbeats waiting for it, or a leader that did not read the
-            # acknowledgements, proves nothing about its peers.
+            # acknowledgements, proves nothing about its peers. The tick itself is not held
+            # back: a leader's heartbeats must not come later than the loop makes them.
             self._forgiven_ms += late
             self.stalls_forgiven += 1
-            asyncio.get_running_loop().call_later(grace / 1000, self._inbox.put_nowait, _Tick())
-            return
         self._inbox.put_nowait(_Tick())
 
     def _clock_ms(self) -> int:
@@ -406,8 +408,14 @@ class QuorumDriver:
         while queue:
             action = queue.popleft()
             if isinstance(action, Persist):
+                started = time.monotonic()
                 await asyncio.to_thread(persist, self._log, action, self._hard_state)
                 self._hard_state = (action.term, action.voted_for)
+                took = time.monotonic() - started
+                if took > SLOW_PERSIST_S:
+                    _slow.warning("persist", "persisting the metadata log took %d ms (%d "
+                                  "entries); the Raft driver waited meanwhile", took * 1000,
+                                  len(action.entries))
             elif isinstance(action, Send):
                 if (
                     request is not None

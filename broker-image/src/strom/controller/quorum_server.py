@@ -37,7 +37,7 @@ from strom.controller.codec import from_pb, to_pb
 from strom.controller.driver import NotControllerError, QuorumDriver
 from strom.controller.raft import RaftConfig
 from strom.controller.raftlog import DiskRaftLog
-from strom.controller.transport import MAX_MESSAGE_BYTES, GrpcTransport
+from strom.controller.transport import MAX_MESSAGE_BYTES, GrpcTransport, request_timeout_s
 from strom.controller.voters import parse_voters
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import quorum_pb2
@@ -250,7 +250,8 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
     driver = QuorumDriver(
         config.raft_config(),
         DiskRaftLog(config.data_dir),
-        GrpcTransport(peers, cluster_id=lambda: driver.image.cluster_id),
+        GrpcTransport(peers, timeout_s=request_timeout_s(config.election_timeout_ms),
+                      cluster_id=lambda: driver.image.cluster_id),
         compact_every=config.compact_every,
         manage_observers=True,  # brokers (process.roles=broker) follow the log as observers
     )

@@ -32,7 +32,7 @@ from strom.controller.messages import (
 from strom.protocol.v1 import quorum_pb2
 from strom.transport.v1 import quorum_pb2_grpc
 
-__all__ = ["CHANNEL_OPTIONS", "GrpcTransport", "Transport"]
+__all__ = ["CHANNEL_OPTIONS", "GrpcTransport", "Transport", "request_timeout_s"]
 
 log = logging.getLogger("strom.controller.transport")
 
@@ -48,6 +48,18 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
 ]
 
 OnReply = Callable[[Message], None]
+
+
+def request_timeout_s(election_timeout_ms: int) -> float:
+    """The deadline of one Raft call: twice the election timeout (2 s at the defaults, as
+    Kafka's ``quorum.request.timeout.ms``).
+
+    Why not shorter: a reply that comes late is still a good Raft message (Raft tolerates
+    delay), and a deadline cancels the call on both sides, so the reply is lost. With 1 s,
+    when a busy event loop (a broker publishing 10,000 new partitions) made a round trip
+    longer than that, every vote and every acknowledgement was lost: the leader stepped down
+    on check-quorum and no election completed for 35-60 s, until publishing ended."""
+    return 2 * election_timeout_ms / 1000
 
 
 class Transport(Protocol):

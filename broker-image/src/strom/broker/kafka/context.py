@@ -92,10 +92,12 @@ def ms(delta: datetime.timedelta) -> int:
     return int(delta / datetime.timedelta(milliseconds=1))
 
 
-def topics_by_id(core: BrokerCore) -> dict[uuid.UUID, str]:
+def topics_by_id(core: BrokerCore) -> dict[uuid.UUID | None, str]:
     """Kafka topic id -> name, for the versions that name topics by id (Fetch v13+,
-    OffsetCommit and OffsetFetch v10). The zero id names no topic (Kafka's UNKNOWN_TOPIC_ID)."""
-    by_id = {topic_uuid(t.topic_id): name for name, t in core.metadata.topics().items()}
+    OffsetCommit and OffsetFetch v10). The zero id names no topic (Kafka's UNKNOWN_TOPIC_ID),
+    and neither does a null one: ``.get(topic.topic_id)`` is the whole lookup."""
+    by_id: dict[uuid.UUID | None, str] = {
+        topic_uuid(t.topic_id): name for name, t in core.metadata.topics().items()}
     by_id.pop(uuid.UUID(int=0), None)
     return by_id
 

@@ -51,7 +51,7 @@ SESSIONS = 7
 async def handle(ctx: Context) -> Any:
     body = ctx.body
     core = ctx.core
-    by_id: dict[uuid.UUID, str] | None = None
+    by_id: dict[uuid.UUID | None, str] | None = None
 
     def name_of(topic: Any) -> tuple[str, uuid.UUID | None]:
         nonlocal by_id
@@ -60,7 +60,7 @@ async def handle(ctx: Context) -> Any:
         if name is None:
             if by_id is None:
                 by_id = topics_by_id(core)
-            name = by_id.get(topic_id, "") if topic_id is not None else ""
+            name = by_id.get(topic_id, "")
         return name, topic_id
 
     requested: list[tuple[tuple[str, int], Wanted]] = []

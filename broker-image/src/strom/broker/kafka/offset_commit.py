@@ -32,7 +32,7 @@ async def handle(ctx: Context) -> Any:
     body = ctx.body
     if ctx.version >= TOPIC_IDS:
         by_id = topics_by_id(ctx.core)
-        names = [by_id.get(t.topic_id) if t.topic_id is not None else None for t in body.topics]
+        names = [by_id.get(t.topic_id) for t in body.topics]
     else:
         names = [t.name for t in body.topics]
     request = group_pb2.OffsetCommitRequest(

@@ -53,8 +53,7 @@ async def _group(ctx: Context, group_id: str, topics: Any) -> tuple[tuple[Any, .
     if topics is not None:
         names = topics_by_id(ctx.core) if by_id else {}
         for t in topics:
-            name = (names.get(t.topic_id) if t.topic_id is not None else None) if by_id \
-                else t.name
+            name = names.get(t.topic_id) if by_id else t.name
             if name is None:
                 unknown.append(t)
                 continue

@@ -394,6 +394,19 @@ async def test_controlled_shutdown(cluster: Cluster) -> None:
     assert cluster.leader("t", 0) == 1
 
 
+async def test_a_late_heartbeat_does_not_withdraw_a_controlled_shutdown(cluster: Cluster) -> None:
+    """A periodic heartbeat sent before the shutdown began may arrive after the fencing; it
+    must not unfence the stopping broker (it did: a stopped broker stayed 'alive (unfenced)'
+    until its session ran out, and unregistering it was refused)."""
+    await cluster.live(0, 1)
+    await cluster.propose(CreateTopic("t", "tid", ((1, 0),)))
+    assert await cluster.heartbeat(0, shutdown=True) == (False, True)
+    await cluster.until(lambda i: i.brokers[0].fenced, "broker 0 to be fenced")
+    assert await cluster.heartbeat(0, shutdown=False) == (True, True)
+    await cluster.advance(0.2, heartbeating=(1,))
+    assert cluster.image.brokers[0].fenced
+
+
 async def test_shutdown_ready_at_once_when_it_leads_nothing_movable(cluster: Cluster) -> None:
     await cluster.live(0, 1)
     await cluster.propose(CreateTopic("t", "tid", ((1, 0), (0,))))

@@ -90,6 +90,9 @@ class ClusterLink:
         self._heartbeat_now = asyncio.Event()
         """Set to send the next heartbeat at once (see :meth:`notify_published`)."""
         self._stopping = False
+        self._want_shutdown = False
+        """Set once the controlled shutdown began: every heartbeat after it says so (Kafka's
+        broker does the same), so a periodic one cannot ask to be unfenced again."""
         self._tasks: list[asyncio.Task[None]] = []
         raft_dir = Path(config.log_dirs[0]) / RAFT_DIR
         self.fresh = not raft_dir.exists()
@@ -362,6 +365,7 @@ class ClusterLink:
 
     async def heartbeat_once(self, want_shutdown: bool = False) -> Any:
         """One heartbeat; the controller's answer (fenced, shutdown_ready) or raises."""
+        want_shutdown = want_shutdown or self._want_shutdown
         offset = self.applied_offset
         if self.active is not None and self.driver.node.is_leader:
             return await self.active.heartbeat(self.broker_id, self.incarnation_id,
@@ -397,6 +401,7 @@ class ClusterLink:
 
     async def _controlled_shutdown(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
+        self._want_shutdown = True
         log.info("controlled shutdown: asking the controller to move leadership away")
         while time.monotonic() < deadline:
             try:

@@ -208,12 +208,16 @@ class ActiveController:
                 f"{broker_epoch}, but its registration is {current}; register again",
             )
         self._sessions[broker_id] = self._clock()
-        if want_shutdown:
-            if broker_id not in self._shutting_down:
-                log.info("broker %d asks for a controlled shutdown", broker_id)
+        # A controlled shutdown is not withdrawn by a later heartbeat without the flag (as in
+        # Kafka, whose broker keeps wantShutDown set once it began): that heartbeat was sent
+        # before the shutdown began and arrived late, and unfencing on it gave a stopping
+        # broker back its unfenced state (seen: a stopped broker 'alive (unfenced)'). The
+        # next incarnation registers anew, which ends it.
+        if self._shutting_down.get(broker_id) == incarnation_id:
+            want_shutdown = True
+        elif want_shutdown:
+            log.info("broker %d asks for a controlled shutdown", broker_id)
             self._shutting_down[broker_id] = incarnation_id
-        else:
-            self._shutting_down.pop(broker_id, None)
         if reg.fenced and not want_shutdown and metadata_offset >= reg.epoch:
             unfencing = self._unfencing.get(broker_id)
             if unfencing is None or unfencing.done():

@@ -89,3 +89,23 @@ def test_reset_none_reports_error() -> None:
     subs.seek(TP, 5)
     subs.request_reset(TP)
     assert subs.errors and subs.errors[0].code is ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_a_fetch_answer_is_queued_without_a_header_parsed_per_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queuing an answer needs only the offset after its last whole batch: reading two
+    integers per batch instead of a full header (~3x cheaper over the 10-20 record batches
+    of a keyed produce spread over 1,000 partitions, docs/decisions.md)."""
+    from strom.protocol import batch as batch_module
+
+    calls: list[int] = []
+    real = batch_module.parse_header
+    monkeypatch.setattr(batch_module, "parse_header",
+                        lambda buf, position=0: calls.append(position) or real(buf, position))
+    subs = SubscriptionState("earliest")
+    subs.assign([TP])
+    subs.seek(TP, 0)
+    data = b"".join(_batch_at(base, 2) for base in range(0, 40, 2))
+    assert subs.on_fetched(TP, subs.states[TP].generation, data, 40, 0)
+    assert subs.states[TP].fetch_offset == 40
+    assert calls == []

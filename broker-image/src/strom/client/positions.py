@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
-from strom.protocol.batch import iter_headers
+from strom.protocol.batch import max_next_offset
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import Record, RecordTaker
 
@@ -155,11 +155,9 @@ class SubscriptionState:
         st.log_start_offset = log_start_offset
         if not data or st.fetch_offset is None:
             return False
-        next_offset = st.fetch_offset
-        whole = False
-        for h in iter_headers(data):
-            next_offset = max(next_offset, h.next_offset)
-            whole = True
+        top = max_next_offset(data)
+        whole = top >= 0
+        next_offset = max(st.fetch_offset, top)
         if whole and next_offset <= st.fetch_offset:
             return False
         # without a single whole batch the answer is damaged: queued all the same, so poll()

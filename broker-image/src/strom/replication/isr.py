@@ -73,6 +73,19 @@ def out_of_sync(isr: Iterable[int], leader_id: int, states: Mapping[int, Followe
     return out
 
 
+def all_at_end(isr: Iterable[int], leader_id: int, states: Mapping[int, FollowerState],
+               leader_end_offset: int) -> bool:
+    """Every follower in ``isr`` is known to be at ``leader_end_offset``: none is out of sync
+    at any time until one of these changes (``out_of_sync`` is then empty)."""
+    for replica in isr:
+        if replica == leader_id:
+            continue
+        state = states.get(replica)
+        if state is None or state.log_end_offset != leader_end_offset:
+            return False
+    return True
+
+
 def can_join(state: FollowerState, high_watermark: int, epoch_start_offset: int) -> bool:
     return (state.log_end_offset >= high_watermark
             and state.log_end_offset >= epoch_start_offset)

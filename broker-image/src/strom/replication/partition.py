@@ -119,5 +119,10 @@ class Partition:
             return None
         return tuple(r for r in self.view.isr if r not in lagging)
 
+    def isr_at_log_end(self) -> bool:
+        """Is every in-sync follower known to be at the log end offset (none can lag)?"""
+        return isr.all_at_end(self.view.isr, self.broker_id, self.followers,
+                              self.log.log_end_offset)
+
     def under_replicated(self) -> bool:
         return self.is_leader and len(self.view.isr) < len(self.view.replicas)

@@ -58,6 +58,9 @@ class FakeCluster:
         self.hung: set[int] = set()
         # brokers whose Produce calls wait (a slow broker that still answers Metadata)
         self.slow_produce: set[int] = set()
+        # while set (an Event of ``loop``), ListOffsets calls asking for a latest offset wait
+        # for it (an answer still on the network)
+        self.latest_offsets_gate: asyncio.Event | None = None
         self.group_coordinator = FakeGroups(self)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -243,6 +246,9 @@ class _FakeBroker(broker_pb2_grpc.BrokerServicer):
 
     async def ListOffsets(self, request: Any, context: Any) -> Any:
         self.c.calls.append((self.id, "ListOffsets", request))
+        gate = self.c.latest_offsets_gate
+        if gate is not None and any(lp.timestamp == -1 for lp in request.partitions):
+            await gate.wait()
         out = []
         for lp in request.partitions:
             code, part = self._check("ListOffsets", lp.topic, lp.partition)

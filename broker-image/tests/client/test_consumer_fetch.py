@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -211,3 +212,34 @@ def test_a_fetch_asks_at_most_fetch_request_bytes(fake_cluster: FakeCluster) -> 
         assert len(_drain(c, 200)) == 200
     sizes = [request.max_bytes for _, name, request in fake_cluster.calls if name == "Fetch"]
     assert sizes and max(sizes) == FETCH_REQUEST_BYTES == 4 << 20  # 20 MiB before
+
+
+def test_a_seek_does_not_wait_for_the_assignments_reset(fake_cluster: FakeCluster) -> None:
+    """assign() starts resetting the new partitions (auto_offset_reset, here latest); a
+    seek_to_beginning() right after must not wait for that ListOffsets answer, which is for
+    the old generation and ignored: its partitions' earliest offsets go out at once, in one
+    request (issue 21: over 1,000 partitions the catch-up waited for a whole ListOffsets of
+    every partition, then split the seeks in two waves)."""
+    _fill(fake_cluster, 100, partitions=4)
+
+    async def gate() -> asyncio.Event:
+        return asyncio.Event()
+
+    held = fake_cluster.latest_offsets_gate = fake_cluster.run(gate())
+    tps = [TopicPartition("t", p) for p in range(4)]
+
+    def asked(timestamp: int) -> list[set[int]]:
+        return [{p.partition for p in request.partitions}
+                for _, name, request in list(fake_cluster.calls)
+                if name == "ListOffsets" and request.partitions[0].timestamp == timestamp]
+
+    try:
+        with Consumer(fake_cluster.bootstrap) as c:
+            c.assign(tps)
+            wait_until(lambda: asked(-1), 10, what="the assignment's reset on the network")
+            c.seek_to_beginning(*tps)
+            assert sorted(_drain(c, 100, timeout=5)) == sorted(
+                off for p in range(4) for off in range(25))  # before: none (held)
+            assert asked(-2) == [{0, 1, 2, 3}]
+    finally:
+        fake_cluster.loop.call_soon_threadsafe(held.set)

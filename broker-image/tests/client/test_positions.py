@@ -109,3 +109,23 @@ def test_a_fetch_answer_is_queued_without_a_header_parsed_per_batch(
     assert subs.on_fetched(TP, subs.states[TP].generation, data, 40, 0)
     assert subs.states[TP].fetch_offset == 40
     assert calls == []
+
+
+def test_a_seek_during_a_reset_asks_again_and_drops_only_its_partitions() -> None:
+    other = TopicPartition("t", 1)
+    subs = SubscriptionState("latest")
+    subs.assign([TP, other])
+    for tp, _, _ in subs.needing_reset():
+        subs.states[tp].resetting = True  # the fetcher sent their ListOffsets
+    assert subs.needing_reset() == []
+    subs.seek_many([TP], OFFSET_BEGINNING)
+    assert [(tp, how) for tp, how, _ in subs.needing_reset()] == [(TP, EARLIEST)]
+    subs.seek_many([TP, other], 7)
+    assert subs.needing_reset() == []
+    assert subs.on_fetched(TP, subs.states[TP].generation, _batch_at(7, 3), 10, 0)
+    assert subs.on_fetched(other, subs.states[other].generation, _batch_at(7, 3), 10, 0)
+    subs.seek_many([other], 8)
+    assert [c.tp for c in subs.completed] == [TP]
+    with pytest.raises(StromError):  # an unassigned partition: none of them moves
+        subs.seek_many([TP, TopicPartition("t", 9)], 0)
+    assert subs.states[TP].fetch_offset == 10

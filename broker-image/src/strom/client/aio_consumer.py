@@ -135,12 +135,10 @@ class AsyncConsumer(ConsumerFront):
                 return
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or tuple(self.assignment()):
-            self.seek(tp, OFFSET_BEGINNING)
+        self._seek_all(partitions, OFFSET_BEGINNING)
 
     async def seek_to_end(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or tuple(self.assignment()):
-            self.seek(tp, OFFSET_END)
+        self._seek_all(partitions, OFFSET_END)
 
     async def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
         self._ready()

@@ -63,12 +63,10 @@ class Consumer(ConsumerFront):
 
     # --- positions -----------------------------------------------------------------------
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or tuple(self.assignment()):
-            self.seek(tp, OFFSET_BEGINNING)
+        self._seek_all(partitions, OFFSET_BEGINNING)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or tuple(self.assignment()):
-            self.seek(tp, OFFSET_END)
+        self._seek_all(partitions, OFFSET_END)
 
     def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
         """The offset of the next record ``poll()`` returns for ``partition`` (resolving resets)."""

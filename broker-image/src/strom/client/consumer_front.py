@@ -82,9 +82,17 @@ class ConsumerFront:
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Next ``poll()`` returns ``partition`` from ``offset`` (or OFFSET_BEGINNING / _END)."""
+        self._seek_all([partition], offset)
+
+    def _seek_all(self, partitions: Iterable[TopicPartition], offset: int) -> None:
+        """``seek`` of many partitions under one lock with one wake-up of the fetcher, so
+        their resets go out as one ListOffsets (seeking one by one, the fetcher woke in the
+        middle and split them in two waves); the assignment when ``partitions`` is empty."""
         self._ready()
-        with self._core.subs.lock:
-            self._core.subs.seek(partition, offset)
+        subs = self._core.subs
+        with subs.lock:
+            subs.seek_many([TopicPartition(*tp) for tp in partitions] or list(subs.states),
+                           offset)
         self._schedule(self._core.cancel_fetches)
 
     def _known_position(self, partition: TopicPartition) -> int | None:

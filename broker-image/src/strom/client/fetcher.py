@@ -224,7 +224,7 @@ class ConsumerCore:
             with self.subs.lock:
                 for tp in wanted:
                     st = self.subs.states.get(tp)
-                    if st is not None:
+                    if st is not None and st.generation == gens[tp]:  # else seeked meanwhile
                         st.resetting = False
                         st.backoff_until_ms = now_ms() + self.settings.retry_backoff_ms
                 if not exc.retriable:
@@ -235,7 +235,7 @@ class ConsumerCore:
         with self.subs.lock:
             for tp, (offset, _) in found.items():
                 st = self.subs.states.get(tp)
-                if st is not None:
+                if st is not None and st.generation == gens[tp]:  # else seeked meanwhile
                     st.resetting = False
                     self.subs.set_reset_result(tp, gens[tp], offset)
         self.on_data()  # position() waiters

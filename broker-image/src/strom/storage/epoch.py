@@ -34,9 +34,12 @@ class LeaderEpochCache:
         self.path = path
         self._entries: list[tuple[int, int]] = []
         self.unsaved = False
-        """Changed by an append since the last save. An append that starts a new epoch does
-        not write the checkpoint; the log's next flush (or close) does, before its recovery
-        point moves past the new entry. Kafka stopped fsyncing it on the request path too
+        """The log's own file (``path``) is behind these entries: changed by an append since
+        the last save, or read from the log directory's file of a clean stop (which a stop
+        writes instead of a file per log). An append that starts a new epoch does
+        not write the checkpoint; the log's next flush, roll (or close alone) does, before its
+        recovery point moves past the new entry, so the own file always covers the own
+        recovery point. Kafka stopped fsyncing it on the request path too
         (KAFKA-15046): two fsyncs and a file creation per partition's first write in an epoch
         stalled a broker with 1,000 partitions for seconds. An entry lost in a crash lies past
         the recovery point, where recovery rebuilds the cache from the batches."""
@@ -52,15 +55,23 @@ class LeaderEpochCache:
             entries = [(int(a), int(b)) for a, b in (line.split() for line in lines[2:2 + count])]
             if len(entries) != count:
                 raise ValueError("entry count mismatch")
-            for (e1, o1), (e2, o2) in itertools.pairwise(entries):
-                if not (e1 < e2 and o1 <= o2):
-                    raise ValueError("entries are not increasing")
+            check_increasing(entries)
             cache._entries = entries
         except FileNotFoundError:
             pass
         except (ValueError, IndexError, OSError) as exc:
             log.warning("leader-epoch checkpoint %s is damaged (%s); rebuilding from the log",
                         path, exc)
+        return cache
+
+    @classmethod
+    def of(cls, path: Path, entries: list[tuple[int, int]]) -> LeaderEpochCache:
+        """A cache holding ``entries`` (read from elsewhere: the log directory's file of a
+        clean stop, :mod:`strom.storage.dir_checkpoint`), checked as :meth:`load` checks its
+        own file's; ``path`` is where :meth:`save` writes it."""
+        check_increasing(entries)
+        cache = cls(path)
+        cache._entries = list(entries)
         return cache
 
     @property
@@ -129,3 +140,10 @@ class LeaderEpochCache:
         lines = ["0", str(len(self._entries)), *(f"{e} {o}" for e, o in self._entries)]
         write_atomic(self.path, "\n".join(lines) + "\n", sync=sync)
         self.unsaved = False
+
+
+def check_increasing(entries: list[tuple[int, int]]) -> None:
+    """Raise ValueError unless epochs strictly increase and start offsets do not decrease."""
+    for (e1, o1), (e2, o2) in itertools.pairwise(entries):
+        if not (e1 < e2 and o1 <= o2):
+            raise ValueError("entries are not increasing")

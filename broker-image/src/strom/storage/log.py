@@ -57,7 +57,7 @@ from strom.storage.checkpoint import (
     write_values,
 )
 from strom.storage.config import INT32_MAX, LogConfig
-from strom.storage.dir_checkpoint import NO_PRODUCERS_AT, DirCheckpoints, LogOffsets
+from strom.storage.dir_checkpoint import NO_PRODUCERS_AT, DirCheckpoints, Epochs, LogOffsets
 from strom.storage.epoch import FILE_NAME as EPOCH_FILE
 from strom.storage.epoch import LeaderEpochCache
 from strom.storage.producer_state import DEFAULT_EXPIRATION_MS, ProducerStateManager
@@ -102,6 +102,8 @@ class _Deferred:
     producer_id_expiration_ms: int
     values: dict[str, int]
     """The offsets it opened with (its log directory's checkpoint or its own)."""
+    epochs: Epochs | None = None
+    """Its leader epochs from its log directory's checkpoint; None: in its own file."""
 
 
 _T = TypeVar("_T")
@@ -244,21 +246,21 @@ class PartitionLog:
         if not existed:
             return cls._create(directory, config, topic=topic, partition=partition, clock=clock,
                                producer_id_expiration_ms=producer_id_expiration_ms)
-        values, clean = dir_checkpoint.resolve(path, (topic, partition), dirs)
+        values, clean, epochs = dir_checkpoint.resolve(path, (topic, partition), dirs)
         if defer and clean and values is not None:
             self = cls._open_deferred(directory, config, topic=topic, partition=partition,
-                                      clock=clock, values=values,
+                                      clock=clock, values=values, epochs=epochs,
                                       producer_id_expiration_ms=producer_id_expiration_ms)
         else:
             self = cls._open_now(directory, config, topic=topic, partition=partition,
                                  clock=clock, producer_id_expiration_ms=producer_id_expiration_ms,
-                                 values=values, clean=clean)
+                                 values=values, clean=clean, dir_epochs=epochs)
         self.topic_id = partition_metadata.read_topic_id(path)
         return self
 
     @classmethod
     def _open_deferred(cls, directory: Path, config: LogConfig, *, topic: str, partition: int,
-                       clock: Callable[[], int], values: dict[str, int],
+                       clock: Callable[[], int], values: dict[str, int], epochs: Epochs | None,
                        producer_id_expiration_ms: int) -> PartitionLog:
         end = max(values.get("recovery-point", 0), 0)  # a clean close flushed to the end
         log_start = min(max(values.get("log-start-offset", 0), 0), end)
@@ -268,7 +270,7 @@ class PartitionLog:
                    segments=[], log_start_offset=log_start, high_watermark=hw,
                    epochs=LeaderEpochCache(directory))
         self._end = self._recovery_point = end
-        self._deferred = _Deferred(producer_id_expiration_ms, values)
+        self._deferred = _Deferred(producer_id_expiration_ms, values, epochs)
         for part in (cls._segments, cls._bases, cls._epochs, cls._producers):
             part.forget(self)  # read by load(), on first use
         self._touched, self._marker_kept = False, True
@@ -293,7 +295,7 @@ class PartitionLog:
             full = type(self)._open_now(
                 self.directory, self.config, topic=self.topic, partition=self.partition,
                 clock=self._clock, producer_id_expiration_ms=deferred.producer_id_expiration_ms,
-                values=deferred.values, clean=True)
+                values=deferred.values, clean=True, dir_epochs=deferred.epochs)
         except OSError as exc:
             self.take_offline(_io_reason(exc))
             if self.on_io_error is not None:
@@ -320,16 +322,21 @@ class PartitionLog:
     @classmethod
     def _open_now(cls, directory: Path, config: LogConfig, *, topic: str, partition: int,
                   clock: Callable[[], int], producer_id_expiration_ms: int,
-                  values: dict[str, int] | None, clean: bool) -> PartitionLog:
+                  values: dict[str, int] | None, clean: bool,
+                  dir_epochs: Epochs | None = None) -> PartitionLog:
         """``values``/``clean``: the offsets to open with and whether the last shutdown was
         clean (:func:`strom.storage.dir_checkpoint.resolve`); clean only while the marker is
-        still there (a deferred log changed before its load is not)."""
+        still there (a deferred log changed before its load is not). ``dir_epochs``: its leader
+        epochs from the log directory's checkpoint (None: read its own file)."""
         started = time.monotonic()
         marker = directory / CLEAN_SHUTDOWN
         names = os.listdir(directory)  # one listing for the whole open
         clean = clean and CLEAN_SHUTDOWN in names and values is not None
         values = values or {}
-        epochs = LeaderEpochCache.load(directory / EPOCH_FILE)
+        if dir_epochs is None:
+            epochs = LeaderEpochCache.load(directory / EPOCH_FILE)
+        else:
+            epochs = LeaderEpochCache.of(directory / EPOCH_FILE, dir_epochs)
         epochs_before = epochs.entries
         now = clock()
         segments = recovery.load_segments(
@@ -354,12 +361,14 @@ class PartitionLog:
                    epochs=epochs)
         epochs.truncate_from_end(end)
         epochs.truncate_from_start(log_start)
-        if epochs.entries != epochs_before:
-            epochs.unsaved = True  # saved by the flush below (a failed disk: read-only)
+        epochs_changed = epochs.entries != epochs_before
+        # saved by the flush below (a failed disk: read-only); from the directory's file: its
+        # own file is behind, saved by its next flush or roll (before its recovery point moves)
+        epochs.unsaved = epochs_changed or dir_epochs is not None
         self._producers.expiration_ms = producer_id_expiration_ms
         self._rebuild_producer_state(
             names, empty_at=values.get(NO_PRODUCERS_AT, -1) if clean else -1)
-        self._touched = not clean or any(seg.dirty for seg in segments) or epochs.unsaved
+        self._touched = not clean or any(seg.dirty for seg in segments) or epochs_changed
         self._marker_kept = not self._touched
         try:
             if self._touched:
@@ -1139,13 +1148,15 @@ class PartitionLog:
         self._flush_data(sync=sync)
         self._commit_recovery_point(sync=sync)
 
-    def _flush_data(self, *, sync: bool) -> None:
+    def _flush_data(self, *, sync: bool, own_epochs: bool = True) -> None:
         """Segments, indexes and the epoch cache: what must be durable before the recovery
-        point moves past it (``sync=False``: written, not fsynced; see ``close``)."""
+        point moves past it (``sync=False``: written, not fsynced; see ``close``).
+        ``own_epochs=False``: the epochs go into the log directory's file instead (a broker's
+        stop, :meth:`close_offsets`), and the own recovery point does not move."""
         self._touch()
         for seg in self._segments:
             seg.flush(sync=sync)
-        if self._epochs.unsaved:  # before the recovery point moves past its new entries
+        if own_epochs and self._epochs.unsaved:  # before the recovery point moves past them
             self._epochs.save(sync=sync)
 
     def _commit_recovery_point(self, *, sync: bool) -> None:
@@ -1164,7 +1175,8 @@ class PartitionLog:
         """Flush, write checkpoints and the clean-shutdown marker, close the files.
 
         ``sync=False`` (a broker closing all its logs: :meth:`LogManager.close`) only writes
-        the data files' pending parts (index entries, epoch cache) without an fsync and closes
+        the data files' pending parts (index entries; the epochs go into the log directory's
+        file, :meth:`close_offsets`) without an fsync and closes
         the files; True then means the caller must make the file system durable, call
         :meth:`write_close_checkpoints`, make it durable again and call :meth:`mark_clean`
         (one ``syncfs`` per step for every log instead of ~7 fsyncs per changed log: 22.5 s
@@ -1189,8 +1201,10 @@ class PartitionLog:
             self._closed = True
             return False
         self.purge_retired(0, everything=True)
-        # saves the epoch cache too if it changed (no second write of it here)
-        self._flush_data(sync=sync)
+        # alone (sync): saves the epoch cache too if it changed (no second write of it here);
+        # a broker's stop writes every log's epochs into its log directory's file instead (a
+        # file per log was a new inode per log whose epochs changed: issue 21 item 5)
+        self._flush_data(sync=sync, own_epochs=sync)
         if sync:
             self.write_close_checkpoints(sync=True)
         for seg in self._segments:
@@ -1225,12 +1239,14 @@ class PartitionLog:
         deferred = self._deferred
         if deferred is not None:  # known only if its last stop recorded it
             no_producers = deferred.values.get(NO_PRODUCERS_AT, -1) == self._end
+            epochs = deferred.epochs  # None: its own file holds them
         else:
             no_producers = (not self._producers.producers
                             and self._recovery_point == self.log_end_offset)
+            epochs = self._epochs.entries
         return LogOffsets(self.topic, self.partition, self._recovery_point,
                           self._log_start_offset, self._hw if self._hw_managed else -1,
-                          no_producers)
+                          no_producers, epochs)
 
     def mark_clean(self, *, sync: bool = True, link_from: Path | None = None,
                    text: bytes = b"") -> None:
@@ -1242,7 +1258,8 @@ class PartitionLog:
         ext4 and a link 9 us, for each of 10,000 logs at a broker's stop. Falls back to
         creating the file (e.g. EMLINK past ext4's 65,000 links). ``text``: what the marker
         holds (``link_from``'s content; :data:`strom.storage.dir_checkpoint.MARKER_TEXT` when
-        the offsets are in the log directory's checkpoint files, empty when in the log's own)."""
+        the offsets and epochs are in the log directory's checkpoint files, empty when in the
+        log's own)."""
         marker = self.directory / CLEAN_SHUTDOWN  # gone: the close's flush removed it
         linked = False
         if link_from is not None:

@@ -364,9 +364,10 @@ class LogManager:
         ~7 fsyncs per changed log (a broker that had written to each of 10,000 partitions
         took 22.5 s to stop, issue 21 item 5; Kafka fsyncs per log but writes one checkpoint
         per directory). The steps keep a per-file close's order: the changed logs write their
-        index entries and epoch caches, syncfs; their producer snapshots (only those with
-        producer state) and each log directory's three checkpoint files (as Kafka's
-        ``recovery-point-offset-checkpoint`` and friends: no new file per log), syncfs; their
+        index entries, syncfs; their producer snapshots (only those with producer state) and
+        each log directory's checkpoint files (as Kafka's ``recovery-point-offset-checkpoint``
+        and friends, and Strom's file of every log's leader epochs: no new file per log),
+        syncfs; their
         clean-shutdown markers, syncfs. A directory whose ``syncfs`` or checkpoint write fails
         gets no markers: its logs recover at the next start. Where ``syncfs`` cannot report
         errors (not Linux 5.8+), each log fsyncs its own files and writes its own checkpoint

@@ -2,7 +2,9 @@
 21 item 5: three new files per changed log made a stop of 10,000 partitions take ~25 s), and
 every acknowledged record survives a clean restart, a kill -9 and a clean restart after it; an
 idempotent producer's retry after the restart is still answered with its original offset
-(its partition alone got a producer snapshot)."""
+(its partition alone got a producer snapshot). The leader epochs go into the directory's
+``leader-epochs-checkpoint`` (no ``leader-epoch-checkpoint`` per log at a stop) and come back:
+ListOffsets earliest answers the same epoch after every restart."""
 
 from __future__ import annotations
 
@@ -15,7 +17,15 @@ import pytest
 from strom.protocol.records import BatchBuilder, encode_batch
 from strom.protocol.v1 import admin_pb2, broker_pb2
 from strom.storage.checkpoint import CLEAN_SHUTDOWN, RECOVERY_CHECKPOINT
-from strom.storage.dir_checkpoint import FILES, MARKER_TEXT, NO_PRODUCERS, read_offsets
+from strom.storage.dir_checkpoint import (
+    FILES,
+    LEADER_EPOCHS,
+    MARKER_TEXT,
+    NO_PRODUCERS,
+    read_epochs,
+    read_offsets,
+)
+from strom.storage.epoch import FILE_NAME as EPOCH_FILE
 from strom.testing import BrokerProcess
 from strom.testing.grpc_reads import fetch_all
 from strom.testing.waits import wait_until
@@ -78,6 +88,15 @@ class Broker:
             assert [r.value for r in fetch_all(stub, "t", p, timeout=30)] == self.acked[p], p
 
 
+def earliest_epochs(stub: Any) -> list[int]:
+    """Each partition's ListOffsets earliest leader epoch (from its epoch cache; -1 unknown)."""
+    answer = stub.ListOffsets(broker_pb2.ListOffsetsRequest(partitions=[
+        broker_pb2.ListOffsetsPartition(topic="t", partition=p, timestamp=-2)
+        for p in range(PARTITIONS)]), timeout=30)
+    assert all(r.error_code == 0 for r in answer.partitions), answer
+    return [r.leader_epoch for r in sorted(answer.partitions, key=lambda r: r.partition)]
+
+
 def test_stop_writes_directory_checkpoints_and_every_record_survives(tmp_path: Path) -> None:
     broker = Broker(BrokerProcess(tmp_path, startup_timeout=120))
     try:
@@ -89,22 +108,28 @@ def test_stop_writes_directory_checkpoints_and_every_record_survives(tmp_path: P
         broker.write_round(stub, 0)
         once = broker.produce(stub, PRODUCER, idempotent_batch())
         broker.acked[PRODUCER].append(b"once")
+        epochs = earliest_epochs(stub)
+        assert min(epochs) >= 0, epochs
         broker.drop_channel()
         assert broker.process.terminate() == 0
 
         log_dir = broker.process.log_dir
-        for name in (*FILES, NO_PRODUCERS):
+        for name in (*FILES, NO_PRODUCERS, LEADER_EPOCHS):
             assert (log_dir / name).exists(), name
+        rows = read_epochs(log_dir / LEADER_EPOCHS) or {}
+        assert sorted(p for _, p in rows) == list(range(PARTITIONS))
         free = read_offsets(log_dir / NO_PRODUCERS) or {}
         assert sorted(p for _, p in free) == [p for p in range(PARTITIONS) if p != PRODUCER]
         for p in range(PARTITIONS):
             path = log_dir / f"t-{p}"
             assert not (path / RECOVERY_CHECKPOINT).exists()
+            assert not (path / EPOCH_FILE).exists()  # in the directory's file
             assert len(list(path.glob("*.snapshot"))) == (p == PRODUCER)
             assert (path / CLEAN_SHUTDOWN).read_bytes() == MARKER_TEXT
 
         stub = broker.start()  # clean restart
         broker.check_all(stub)
+        assert earliest_epochs(stub) == epochs
         assert broker.produce(stub, PRODUCER, idempotent_batch()) == once  # a retry: no copy
         broker.check_all(stub)
         broker.write_round(stub, 1)
@@ -113,12 +138,14 @@ def test_stop_writes_directory_checkpoints_and_every_record_survives(tmp_path: P
         broker.process.kill()  # kill -9 with every partition changed since the start
         stub = broker.start()
         broker.check_all(stub)
+        assert earliest_epochs(stub) == epochs
         broker.write_round(stub, 2)
         broker.drop_channel()
         assert broker.process.terminate() == 0
 
         stub = broker.start()
         broker.check_all(stub)
+        assert earliest_epochs(stub) == epochs
         broker.drop_channel()
     finally:
         broker.drop_channel()

@@ -212,20 +212,24 @@ KAFKA_ROW = "apache-kafka"
 
 
 def measure_keyed(counts: list[int], records: int, repeats: int = 3,
-                  progress: object = print, kafka: bool = False) -> list[KeyedRow]:
+                  progress: object = print, kafka: bool = False,
+                  only: list[str] | None = None) -> list[KeyedRow]:
     """Item 1 alone: on ONE broker, keyed produce then consume of ``records`` over topics of
     each N, with Strom's client on the gRPC port and confluent-kafka on the Kafka listener,
     alternating N within each repeat so every N sees the same load; median of ``repeats``
     (each on a fresh topic). With ``kafka`` the same confluent-kafka produce and consume (same
     settings: librdkafka's defaults and acks=1) also run against one Apache Kafka node started
     by the project's reference launcher (:func:`strom.testing.kafka.running_kafka`), alternated
-    with the Strom rows, its broker CPU measured the same way (issue 21 item 8)."""
+    with the Strom rows, its broker CPU measured the same way (issue 21 item 8). ``only``: just
+    these clients (``strom``, ``confluent-kafka``, ``apache-kafka``)."""
     from benchmarks import kafka_workloads as kw
     from strom.testing import running_broker
 
     say = progress if callable(progress) else print
     runs: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}
     clients = ["strom", "confluent-kafka"] + ([KAFKA_ROW] if kafka else [])
+    if only:
+        clients = [c for c in clients if c in only]
     with tempfile.TemporaryDirectory(prefix="strom-bench-keyed-") as tmp, \
             contextlib.ExitStack() as stack:
         broker = stack.enter_context(running_broker(Path(tmp) / "strom", startup_timeout=600))
@@ -537,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
                              "confluent-kafka on the Kafka listener, one broker, median of "
                              "--repeats")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--clients", default=None,
+                        help="with --keyed-only: only these rows, comma-separated (strom, "
+                             "confluent-kafka; apache-kafka with --kafka)")
     parser.add_argument("--brokers", type=int, choices=(1, 3), default=1,
                         help="3: three brokers, RF 3, N partitions in all, with a kill -9 "
                              "failover (benchmarks/partition_scale_rf3.py)")
@@ -570,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.keyed_only:
         rows = measure_keyed([int(c) for c in args.counts.split(",")], args.records,
-                             args.repeats, kafka=args.kafka)
+                             args.repeats, kafka=args.kafka,
+                             only=args.clients.split(",") if args.clients else None)
         print(format_keyed(rows))
         if args.json is not None:
             args.json.write_text(json.dumps({

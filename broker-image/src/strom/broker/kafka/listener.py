@@ -1,5 +1,5 @@
-"""The Kafka-protocol listener: asyncio streams on the broker's event loop, one task per
-connection, requests answered in order.
+"""The Kafka-protocol listener: an asyncio protocol per connection on the broker's event loop,
+with one task per connection, requests answered in order.
 
 Why it exists: this is the only socket code of the Kafka front; what a frame means is decided in
 ``frames`` and what a request does in the per-API modules. It behaves as Kafka's
@@ -15,12 +15,25 @@ Why it exists: this is the only socket code of the Kafka front; what a frame mea
   bytes are read at a time): the answers to pipelined requests share one write (one send
   instead of one per request, and one wake-up of the client: librdkafka's default pipelining
   at linger.ms=0 sends one request per record, and a send per answer cost ~1 ms of wall time
-  each on the loaded 2-core machine). Nothing more is read until the queued answers were
-  handed to the socket and it drained below its high-water mark, so per-connection memory is
-  one request, ``READ_AHEAD`` bytes, ``FLUSH_BYTES`` of answers (or one larger answer) and the
-  stream buffers; a client that stops reading stops being read.
-- ``connections.max.idle.ms`` without a complete frame (or without draining a response) closes
-  the connection: a half-open or stalled peer does not keep a task forever.
+  each on the loaded 2-core machine). Reading pauses once ``READ_AHEAD`` bytes holding the
+  next request whole wait unread, and the task serves nothing more until the queued answers
+  were handed to the socket and it drained below its high-water mark, so per-connection
+  memory is one request, ``READ_AHEAD`` bytes and one socket read, the answers to one
+  pipelined Produce run (or ``FLUSH_BYTES`` of others, or one larger answer) and the
+  transport's buffer; a client that stops reading stops being read.
+- Requests the core answers without waiting (Produce with acks 0/1 to known topics:
+  :func:`strom.broker.kafka.produce.answer_now`) are served in ``data_received`` itself when
+  they arrive while the connection's task waits for a request with nothing read ahead; their
+  answers are written there. Everything else, and everything behind the first request that is
+  not such, goes to the task in order. Why: librdkafka sends one partition per Produce
+  request and at 1,000 partitions most arrive alone; waking the task for each cost a second
+  event-loop iteration (with its own ``epoll_wait``) and two timeout objects, and the broker's
+  CPU per lone request bounds confluent-kafka's keyed produce there (issue 21 item 1; figures
+  in docs/decisions.md, helper ``lone21``). Same handler, answers, order and metrics as the
+  task's pipelined-Produce path.
+- ``connections.max.idle.ms`` without a byte read (or without draining a response) closes the
+  connection: a half-open or stalled peer does not keep a task forever. (Kafka counts any
+  read as activity too; one timer per wait, moved on only when it fires.)
 - acks=0 Produce gets no response; a failed acks=0 Produce closes the connection.
 - An unexpected exception in a handler is logged with its traceback and closes that connection
   (the client reconnects and retries); it never reaches other connections or the event loop.
@@ -41,7 +54,6 @@ import logging
 import socket
 import struct
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from strom.broker.config import BrokerConfig
@@ -100,9 +112,10 @@ class KafkaListener:
         self._durations: dict[str, Any] = {}
 
     async def bind(self) -> int:
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self.requested_port, start_serving=False,
-            reuse_address=True)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self, loop), self.host, self.requested_port,
+            start_serving=False, reuse_address=True)
         for sock in self._server.sockets:  # accepted sockets inherit them (and the TCP window
             for option, size in self.buffers.items():  # scale is chosen for them), as Kafka's
                 if size >= 0:  # Acceptor sets the server socket's receive buffer
@@ -147,17 +160,17 @@ class KafkaListener:
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
             self._server = None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _connected(self, conn: _Connection) -> None:
+        """A new connection (``connection_made``): its task serves what is not served now."""
         core = self.core
         assert core is not None
-        task = asyncio.current_task()
-        assert task is not None
+        task = asyncio.get_running_loop().create_task(self._serve(core, conn))
         self._connections.add(task)
-        metrics = core.metrics
-        metrics.connections.labels(self.name).inc()
-        metrics.connections_created.labels(self.name).inc()
-        conn = _Connection(reader, writer, _peer(writer))
-        peer = conn.peer
+        core.metrics.connections.labels(self.name).inc()
+        core.metrics.connections_created.labels(self.name).inc()
+
+    async def _serve(self, core: BrokerCore, conn: _Connection) -> None:
+        task = asyncio.current_task()
         try:
             while await self._one(core, conn):
                 pass
@@ -165,46 +178,35 @@ class KafkaListener:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client closed the connection
         except TimeoutError:
-            log.debug("closing idle Kafka connection from %s after %.0fs", peer, self.idle_s)
+            log.debug("closing idle Kafka connection from %s after %.0fs", conn.peer, self.idle_s)
         except asyncio.CancelledError:
             pass  # stop(): the listener closes; ending quietly keeps asyncio's callback calm
         finally:
-            self._connections.discard(task)
-            metrics.connections.labels(self.name).dec()
-            writer.close()
+            if task is not None:
+                self._connections.discard(task)
+            core.metrics.connections.labels(self.name).dec()
+            conn.serving = False
+            conn.transport.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
+                await asyncio.wait_for(asyncio.shield(conn.closed), 1.0)
 
     async def _one(self, core: BrokerCore, conn: _Connection) -> bool:
         """Read, handle and answer one request; False closes the connection."""
         peer = conn.peer
         buf = conn.buf
-        if len(buf) < 4:
-            async with asyncio.timeout(self.idle_s):
-                if buf:
-                    while len(buf) < 4:
-                        await conn.fill()
-                else:  # nothing read ahead: the size alone, so a large frame is read in one go
-                    buf += await conn.reader.readexactly(4)
-        size = read_size(bytes(buf[:4]))
+        while len(buf) < 4:
+            await conn.fill()
+        size = _SIZE.unpack_from(buf)[0]
         if size < 0 or size > self.max_request_bytes:
             _client_caused.warning("request size", "closing Kafka connection from %s: a request "
                                    "of %d bytes is outside 0..socket.request.max.bytes (%d)",
                                    peer, size, self.max_request_bytes)
             return False
-        if len(buf) - 4 < size <= READ_AHEAD:  # a small frame: read it and what follows it
-            async with asyncio.timeout(self.idle_s):
-                while len(buf) - 4 < size:
-                    await conn.fill()
-        if len(buf) - 4 >= size:
-            frame = bytes(buf[4:4 + size])
-            del buf[:4 + size]
-        else:  # a large frame: the rest straight from the stream (one copy when none was
-            head = bytes(buf[4:])  # read ahead, as readexactly alone)
-            buf.clear()
-            async with asyncio.timeout(self.idle_s):
-                rest = await conn.reader.readexactly(size - len(head))
-            frame = head + rest if head else rest
+        while len(buf) - 4 < size:
+            await conn.fill()
+        with memoryview(buf) as view:
+            frame = bytes(view[4:4 + size])
+        del buf[:4 + size]
         parsed = parse_request(frame, SUPPORTED)
         if isinstance(parsed, Reject):
             _client_caused.log(logging.INFO, "invalid request", "closing Kafka connection from "
@@ -292,23 +294,100 @@ class KafkaListener:
             raise
         except Exception:
             failure = ErrorCode.UNKNOWN_SERVER_ERROR.name
-            _client_caused.error("failed Produce", "Kafka Produce (%d pipelined requests) from "
-                                 "%s (client %r) failed inside the broker; closing the "
-                                 "connection", len(requests), conn.peer,
-                                 requests[0].client_id, exc_info=True)
+            self._produce_failed(conn, requests)
             return False
         finally:
-            metrics.inflight.dec(len(requests))
-            elapsed = time.perf_counter() - started
-            closed = bool(answers) and answers[-1] is kafka_produce.CLOSE
-            served = len(answers) - closed if failure is None else len(requests)
-            duration = self._duration("Produce")
-            for _ in range(served + closed):
-                duration.observe(elapsed)
-            if served:
-                self._requests("Produce", failure or "ok").inc(served)
-            if closed:
-                metrics.requests.labels("Produce", "closed", self.name).inc()
+            self._produce_served(core, len(requests), answers, failure, started)
+        if not self._queue_produce_answers(conn, requests, answers):
+            return False
+        if conn.pending_bytes >= FLUSH_BYTES or (conn.pending and not conn.next_frame_here()):
+            await self._flush(conn)  # one write for the run's answers
+        return True
+
+    def _serve_now(self, conn: _Connection, data: bytes) -> int:
+        """Serve the Produce requests at the start of ``data`` (bytes just read while the
+        connection's task waits for a request, nothing read ahead) here, in ``data_received``,
+        if the core can answer them without waiting
+        (:func:`strom.broker.kafka.produce.answer_now`), and write their answers: how many
+        bytes of ``data`` were served (0: none; the rest goes to the connection's task).
+
+        Why: a request that arrives alone (librdkafka's one-partition Produce requests over
+        many partitions, with its backpressure threshold of 1) otherwise costs a wake-up of
+        the task and a second event-loop iteration (with its own ``epoll_wait``) on top of the
+        read. The requests are served as :meth:`_produce_run` serves them: same handler, same
+        answers in the same order, same metrics; a failed acks=0 request closes the
+        connection after the answers before it."""
+        requests: list[Request] = []
+        at, end = 0, len(data)
+        while at + 6 <= end:
+            size = _SIZE.unpack_from(data, at)[0]
+            if not 2 <= size <= min(end - at - 4, self.max_request_bytes) \
+                    or _KEY.unpack_from(data, at + 4)[0] != kafka_produce.KEY:
+                break  # not whole, out of bounds, or not a Produce request: for the task
+            parsed = parse_request(data[at + 4:at + 4 + size], SUPPORTED)
+            if not isinstance(parsed, Request):
+                break
+            requests.append(parsed)
+            at += 4 + size
+        if not requests:
+            return 0
+        core = self.core
+        assert core is not None
+        contexts = [Context(core, r, self.name, ADVERTISED, self.fetch_sessions)
+                    for r in requests]
+        metrics = core.metrics
+        metrics.inflight.inc(len(requests))
+        started = time.perf_counter()
+        answers: list[Any] | None = None
+        failure: str | None = None
+        try:
+            answers = kafka_produce.answer_now(contexts)
+        except Exception:
+            failure = ErrorCode.UNKNOWN_SERVER_ERROR.name
+            self._produce_failed(conn, requests)
+            conn.transport.close()
+            return end
+        finally:
+            if answers is None and failure is None:
+                metrics.inflight.dec(len(requests))  # not served here: nothing counted
+            else:
+                self._produce_served(core, len(requests), answers or [], failure, started)
+        if answers is None:
+            return 0
+        if not self._queue_produce_answers(conn, requests, answers):
+            conn.write_pending()
+            conn.transport.close()  # the rest is not served (a failed acks=0 request)
+            return end
+        conn.write_pending()
+        return at
+
+    def _produce_failed(self, conn: _Connection, requests: list[Request]) -> None:
+        """Log a Produce run that failed inside the broker (call in the ``except`` block)."""
+        _client_caused.error("failed Produce", "Kafka Produce (%d pipelined requests) from "
+                             "%s (client %r) failed inside the broker; closing the "
+                             "connection", len(requests), conn.peer,
+                             requests[0].client_id, exc_info=True)
+
+    def _produce_served(self, core: BrokerCore, count: int, answers: list[Any],
+                        failure: str | None, started: float) -> None:
+        """The metrics of ``count`` Produce requests served together since ``started``."""
+        metrics = core.metrics
+        metrics.inflight.dec(count)
+        elapsed = time.perf_counter() - started
+        closed = bool(answers) and answers[-1] is kafka_produce.CLOSE
+        served = len(answers) - closed if failure is None else count
+        duration = self._duration("Produce")
+        for _ in range(served + closed):
+            duration.observe(elapsed)
+        if served:
+            self._requests("Produce", failure or "ok").inc(served)
+        if closed:
+            metrics.requests.labels("Produce", "closed", self.name).inc()
+
+    def _queue_produce_answers(self, conn: _Connection, requests: list[Request],
+                               answers: list[Any]) -> bool:
+        """Queue the answers to pipelined Produce ``requests`` in order; False closes the
+        connection (a failed acks=0 request, or an answer that cannot be encoded)."""
         for request, answer in zip(requests, answers, strict=False):
             if answer is kafka_produce.CLOSE:
                 return False
@@ -326,10 +405,6 @@ class KafkaListener:
                     return False
                 conn.pending.extend(data)
                 conn.pending_bytes += sum(len(c) for c in data)
-            if conn.pending_bytes >= FLUSH_BYTES:
-                await self._flush(conn)
-        if conn.pending and not conn.next_frame_here():
-            await self._flush(conn)  # one write for the run's answers
         return True
 
     async def _answer(self, conn: _Connection, chunks: list[Chunk]) -> bool:
@@ -350,7 +425,7 @@ class KafkaListener:
         bytes, each handed to the socket first: the transport copies only what the socket does
         not take at once, and at most one piece of it at a time."""
         chunks, conn.pending, conn.pending_bytes = conn.pending, [], 0
-        writer = conn.writer
+        writer = conn.transport
         small: list[Chunk] = []
         for chunk in chunks:
             if len(chunk) < BIG_WRITE:
@@ -363,32 +438,148 @@ class KafkaListener:
             for start in range(0, len(view), SEND_PIECE):
                 writer.write(view[start:start + SEND_PIECE])
                 async with asyncio.timeout(self.idle_s):
-                    await writer.drain()
+                    await conn.drain()
         if small:
             writer.write(small[0] if len(small) == 1 else b"".join(small))
-        if writer.transport.get_write_buffer_size():
+        if writer.get_write_buffer_size():
             async with asyncio.timeout(self.idle_s):
-                await writer.drain()
+                await conn.drain()
 
 
-@dataclass(slots=True)
-class _Connection:
-    """One client connection: its streams, the bytes read ahead of the request being served,
-    and the responses not written yet."""
+class _Connection(asyncio.Protocol):
+    """One client connection: the bytes read ahead of the request being served, the responses
+    not written yet, and what the connection's task waits for (more bytes, or the socket to
+    drain).
 
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    peer: str
-    buf: bytearray = field(default_factory=bytearray)
-    pending: list[Chunk] = field(default_factory=list)
-    pending_bytes: int = 0
+    Bytes that arrive while the task waits for a request with nothing read ahead are first
+    offered to the listener's :meth:`KafkaListener._serve_now` (Produce requests the core
+    answers without waiting are served right here); what it leaves is buffered for the task.
+    The task's waits for bytes end with TimeoutError after ``connections.max.idle.ms`` without
+    any byte read (one timer per wait, moved on only when it fires: bytes served here do not
+    touch it); reading pauses while ``READ_AHEAD`` bytes wait unread, the next request whole
+    among them."""
+
+    def __init__(self, listener: KafkaListener, loop: asyncio.AbstractEventLoop) -> None:
+        self.listener = listener
+        self.loop = loop
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # connection_made
+        self.peer = "?"
+        self.buf = bytearray()
+        self.pending: list[Chunk] = []
+        self.pending_bytes = 0
+        self.serving = True
+        """False once the task ended: nothing more is served here either."""
+        self.closed: asyncio.Future[None] = loop.create_future()
+        self._waiter: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self._write_paused = False
+        self._read_paused = False
+        self._error: Exception | None = None
+        self._last_read = loop.time()
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.peer = _peer(transport)
+        self.listener._connected(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self.loop.time()
+        if self._waiter is not None and not self.buf and not self._write_paused \
+                and self.serving:
+            served = self.listener._serve_now(self, data)
+            if served == len(data) or self.transport.is_closing():
+                return
+            if served:
+                data = data[served:]
+        self.buf += data
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+        elif len(self.buf) >= READ_AHEAD and not self._read_paused and self.next_frame_here():
+            self._read_paused = True  # the task has its next request whole: read no further
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self._fail(asyncio.IncompleteReadError(bytes(self.buf), None))
+        return True  # the task closes the transport (after writing what it has)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(exc if exc is not None else ConnectionResetError("connection lost"))
+        self._write_paused = False
+        drained = self._drained
+        if drained is not None and not drained.done():
+            drained.set_exception(ConnectionResetError("connection lost"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    # -- what the connection's task awaits ---------------------------------------------------
 
     async def fill(self) -> None:
-        """Read what the stream has (at most ``READ_AHEAD`` bytes), waiting for at least one."""
-        data = await self.reader.read(READ_AHEAD)
-        if not data:
-            raise asyncio.IncompleteReadError(bytes(self.buf), None)
-        self.buf += data
+        """Wait for more bytes (appended to ``buf``); TimeoutError after
+        ``connections.max.idle.ms`` without a byte read, IncompleteReadError or
+        ConnectionError once the client closed."""
+        if self._error is not None:
+            raise self._error
+        if self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+        waiter = self._waiter = self.loop.create_future()
+        self._last_read = self.loop.time()
+        timer = self.loop.call_at(self._last_read + self.listener.idle_s, self._idle, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            timer.cancel()
+
+    def _idle(self, waiter: asyncio.Future[None]) -> None:
+        """The wait's timer: TimeoutError if no byte was read for the idle time, else the
+        timer moves to the idle time after the last read."""
+        if waiter.done():
+            return
+        due = self._last_read + self.listener.idle_s
+        if self.loop.time() >= due:
+            self._waiter = None
+            waiter.set_exception(TimeoutError())
+        else:
+            timer = self.loop.call_at(due, self._idle, waiter)
+            waiter.add_done_callback(lambda _: timer.cancel())
+
+    async def drain(self) -> None:
+        """Wait until the socket's write buffer is below its high-water mark."""
+        if self._error is not None and not isinstance(self._error, asyncio.IncompleteReadError):
+            raise self._error
+        if not self._write_paused:
+            return
+        drained = self._drained = self.loop.create_future()
+        await drained
+
+    def write_pending(self) -> None:
+        """Write the queued (small) answers now, in one write; no wait for the socket."""
+        if self.pending:
+            chunks, self.pending, self.pending_bytes = self.pending, [], 0
+            self.transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+    def _fail(self, error: Exception) -> None:
+        if self._error is None:
+            self._error = error
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
 
     def next_frame_here(self) -> bool:
         """Whether the next request is already read whole (or its size prefix is invalid)."""
@@ -399,8 +590,8 @@ class _Connection:
         return size < 0 or len(buf) - 4 >= size
 
 
-def _peer(writer: asyncio.StreamWriter) -> str:
-    peer = writer.get_extra_info("peername")
+def _peer(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
     return str(peer)

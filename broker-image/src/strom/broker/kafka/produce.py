@@ -129,6 +129,40 @@ async def handle_pipelined(ctxs: Sequence[Context]) -> list[Any]:
     return answers
 
 
+def answer_now(ctxs: Sequence[Context]) -> list[Any] | None:
+    """:func:`handle_pipelined`'s answers to ``ctxs``, computed now, in the caller's callback,
+    or None (nothing done) when serving them could wait: an acks=-1 request (it waits for
+    followers), or a topic this broker does not know (auto-creation waits for the
+    controller).
+
+    Why: librdkafka sends one partition per Produce request and, at a thousand partitions,
+    most of them reach the broker alone; the listener serves such requests straight from
+    ``data_received`` (no connection-task wake-up, no extra event-loop iteration: see
+    :mod:`strom.broker.kafka.listener`). The requests are served by :func:`handle_pipelined`
+    itself, the one implementation: with acks 0/1 and known topics nothing in it awaits
+    anything that suspends (no follower wait, no auto-creation), so its coroutine finishes on
+    its first step. A step that does suspend is a broken promise of this check, raised as
+    a RuntimeError (the listener then closes the connection, as for any handler failure)."""
+    core = ctxs[0].core
+    topic = core.metadata.topic
+    for ctx in ctxs:
+        body: ProduceBody = ctx.body
+        if body.acks == -1:
+            return None
+        for name, _, _ in body.topics:
+            if name is not None and name not in produce.PRODUCE_FORBIDDEN \
+                    and topic(name) is None:
+                return None  # auto-creation (a topic id is never auto-created)
+    step = handle_pipelined(ctxs)
+    try:
+        step.send(None)
+    except StopIteration as done:
+        answers: list[Any] = done.value
+        return answers
+    step.close()
+    raise RuntimeError("a Produce request served now suspended (answer_now's check is stale)")
+
+
 def _run_end(prepared: Sequence[_Prepared], i: int) -> int:
     """The end of the run of requests from ``i`` on with ``prepared[i]``'s run key (one
     partition, same acks and timeout); ``i + 1`` when it has none."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from strom.broker.kafka.context import NO_THROTTLE, Context, code
+from strom.broker.kafka.frames import ResponseTemplate, TemplateCache
 from strom.broker.offsets import lookup_with_epoch
 from strom.protocol.errors import ErrorCode, StromError
 
@@ -32,6 +33,11 @@ SINCE = {-1: 0, -2: 0, -3: 7, -4: 8, -5: 9, -6: 11}
 async def handle(ctx: Context) -> Any:
     core = ctx.core
     topics = []
+    requested = ctx.body.topics
+    if len(requested) == 1 and len(requested[0].partitions) == 1:
+        encoded = _one_partition(ctx, requested[0].name, requested[0].partitions[0])
+        if encoded is not None:
+            return encoded
     for topic in ctx.body.topics:
         parts = []
         for p in topic.partitions:
@@ -52,3 +58,42 @@ async def handle(ctx: Context) -> Any:
         topics.append(ctx.build("ListOffsetsTopicResponse", name=topic.name,
                                 partitions=tuple(parts)))
     return ctx.build("ListOffsetsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+#: Encoded answers to one-partition requests without error, by (version, topic): librdkafka
+#: asks one partition per ListOffsets request (a consumer assigned 1,000 partitions from the
+#: beginning sends 1,000), and kio's building and writing of an answer costs more than the
+#: look-up. The integers written in: partition index, timestamp, offset, leader epoch.
+_TEMPLATES: TemplateCache[ResponseTemplate] = TemplateCache()
+_WIDTHS = (4, 8, 8, 4)
+
+
+def _one_partition(ctx: Context, topic: str, p: Any) -> bytes | None:
+    """The answer to a request for one partition, from a template when the look-up succeeds
+    (kio's bytes: :class:`strom.broker.kafka.frames.ResponseTemplate`); None otherwise (the
+    caller answers as for any request, errors included)."""
+    if p.timestamp < 0 and ctx.version < SINCE.get(p.timestamp, VERSIONS[1] + 1):
+        return None
+    try:
+        offset, timestamp, epoch = lookup_with_epoch(
+            ctx.core, topic, p.partition_index, p.timestamp,
+            getattr(p, "current_leader_epoch", -1))
+    except StromError:
+        return None
+    key = (ctx.version, topic)
+    try:
+        template = _TEMPLATES[key]
+    except KeyError:
+        def make(values: list[int]) -> Any:
+            partition, ts, off, leader_epoch = values
+            return ctx.build("ListOffsetsResponse", throttle_time=NO_THROTTLE, topics=(
+                ctx.build("ListOffsetsTopicResponse", name=topic, partitions=(
+                    ctx.build("ListOffsetsPartitionResponse", partition_index=partition,
+                              error_code=code(0), timestamp=ts, offset=off,
+                              leader_epoch=leader_epoch),)),))
+
+        template = _TEMPLATES.make(key, lambda: ResponseTemplate(make, _WIDTHS))
+    if template is None:
+        return None
+    return template.encode(ctx.request.correlation_id, p.partition_index, timestamp, offset,
+                           epoch)

@@ -161,3 +161,39 @@ def test_fetch_answers_from_templates_are_kios_encoding(version: int) -> None:
                 if size >= BIG_WRITE:  # the record set itself, not a copy
                     assert any(c is records for c in chunks)
     assert len(fetch._TEMPLATES) == 4
+
+
+@pytest.mark.parametrize("version", range(fetch.VERSIONS[0], fetch.VERSIONS[1] + 1))
+def test_fetch_answers_over_many_partitions_are_kios_encoding(version: int) -> None:
+    """Answers naming several partitions (a consumer catching up on 1,000) are spliced from
+    kio's encoding of the response and each topic without partitions and one partition
+    template per (version, read_committed): for several topics (named, with ids, unknown),
+    partitions with errors, empty, small, varint-boundary and large record sets, read_committed
+    or not, each answer is kio's encoding of the response the handler's builder makes."""
+    fetch._PARTS.clear()
+    sizes = [0, 1, 126, 127, 200, 16_383, 16_384, 70_000]
+    for committed in (False, True):
+        for n in (2, 3, 1000):
+            by_topic: dict[str, tuple[Any, list[Any]]] = {}
+            big: list[bytes] = []
+            for i in range(n):
+                size = sizes[i % len(sizes)] if n < 1000 else (i * 37) % 300
+                records = bytes([i % 251]) * size
+                if size >= BIG_WRITE:
+                    big.append(records)
+                error = 0 if i % 4 else [1, 3, 6, 0][(i // 4) % 4]
+                name, topic_id = [("orders", None), ("clicks", uuid.UUID(int=9)),
+                                  ("\0x", uuid.UUID(int=11))][i % 3]
+                part = (i, error, -1 if error else 1000 + i, -1 if error else 7 * i,
+                        b"" if error else records)
+                by_topic.setdefault(name, (topic_id, []))[1].append(part)
+            session_id = 0 if n % 2 else 2**31 - n
+            ctx = _fetch_context(version, 900 + n)
+            chunks = fetch._encoded_many(ctx, session_id, by_topic, committed)
+            assert chunks is not None, (version, committed, n)
+            expected = encode_response(900 + n, fetch._response(ctx, session_id, by_topic,
+                                                                committed))
+            assert b"".join(chunks) == expected, (version, committed, n)
+            for records in big:  # the record sets themselves, not copies
+                assert any(c is records for c in chunks)
+    assert len(fetch._PARTS) == 2

@@ -32,15 +32,24 @@ and ignored, as Kafka ignores it from consumers (Strom's followers replicate ove
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
 from strom.broker import fetch
 from strom.broker.kafka.context import NO_THROTTLE, Context, code, ms, topics_by_id
 from strom.broker.kafka.fetch_sessions import FINAL_EPOCH, Plan, Wanted
-from strom.broker.kafka.frames import Chunk, RecordsTemplate, TemplateCache
+from strom.broker.kafka.frames import (
+    Chunk,
+    PartTemplate,
+    RecordsTemplate,
+    TemplateCache,
+    encode_entity,
+    encode_response,
+)
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.v1 import broker_pb2
+from strom.protocol.wire import varint
 
 KEY = 1
 VERSIONS = (4, 18)
@@ -123,12 +132,16 @@ async def handle(ctx: Context) -> Any:
         by_topic.setdefault(f"\0{topic_id}", (topic_id, []))[1].append(
             (partition, int(error), -1, -1, b""))
     session_id = session.session_id if session is not None else 0
-    if len(by_topic) == 1:  # one partition without error: the answer a long poll gets
-        ((name, (topic_id, parts)),) = by_topic.items()
+    if len(by_topic) == 1 and len(next(iter(by_topic.values()))[1]) == 1:
+        ((name, (topic_id, parts)),) = by_topic.items()  # one partition: a long poll's answer
         if len(parts) == 1 and parts[0][1] == 0 and name[:1] != "\0":
             encoded = _encoded(ctx, name, topic_id, parts[0], session_id, committed)
             if encoded is not None:
                 return encoded
+    elif by_topic:
+        many = _encoded_many(ctx, session_id, by_topic, committed)
+        if many is not None:
+            return many
     return _response(ctx, session_id, by_topic, committed)
 
 
@@ -184,3 +197,61 @@ def _encoded(ctx: Context, name: str, topic_id: Any, part: _Part, session_id: in
     if template is None:
         return None
     return template.encode(ctx.request.correlation_id, [session_id, hw, hw, start], records)
+
+
+#: Partition structs of Fetch answers by (version, read_committed): see :func:`_encoded_many`.
+_PARTS: TemplateCache[PartTemplate] = TemplateCache()
+#: The integers of a partition's struct: index, error code, high watermark, last stable
+#: offset, log start offset.
+_PART_WIDTHS = [4, 2, 8, 8, 8]
+_COUNT = struct.Struct(">i")
+
+
+def _encoded_many(ctx: Context, session_id: int, by_topic: dict[str, tuple[Any, list[_Part]]],
+                  committed: bool) -> list[Chunk] | None:
+    """The answer over several partitions as kio would encode it, as chunks: the response and
+    each topic by kio with no partitions, the partitions' array spliced in, each partition
+    from one :class:`strom.broker.kafka.frames.PartTemplate` per (version, read_committed).
+    None if a piece is not of the shape this splices (the caller builds the answer by kio).
+
+    Why: a consumer catching up on 1,000 partitions gets answers naming hundreds of them, and
+    kio's building and writing of those cost ~13 ms an answer here (~1.5 us a partition from
+    the template). Byte for byte kio's: checked against it for every version."""
+    key = (ctx.version, committed)
+    try:
+        template = _PARTS[key]
+    except KeyError:
+        def make(values: list[int], records: bytes) -> Any:
+            index, error, high_watermark, last_stable, log_start = values
+            return _partition(ctx, index, error, high_watermark, log_start, records, committed,
+                              last_stable)
+
+        template = _PARTS.make(key, lambda: PartTemplate(make, _PART_WIDTHS))
+    if template is None:
+        return None
+    flexible = ctx.version >= 12
+    tags = b"\x00" if flexible else b""  # an empty tagged-field section
+    empty = b"\x01" + tags if flexible else _COUNT.pack(0)  # an empty array, then the tags
+    head = encode_response(ctx.request.correlation_id, ctx.build(
+        "FetchResponse", throttle_time=NO_THROTTLE, error_code=code(0), session_id=session_id,
+        responses=()))
+    if not head.endswith(empty):
+        return None
+    first = small = bytearray(head[:-len(empty)])
+    out: list[Chunk] = [small]
+    small += varint(len(by_topic) + 1) if flexible else _COUNT.pack(len(by_topic))
+    for name, (topic_id, parts) in by_topic.items():
+        topic = encode_entity(ctx.build("FetchableTopicResponse",
+                                        topic=name if name[:1] != "\0" else "",
+                                        topic_id=topic_id, partitions=()))
+        if not topic.endswith(empty):
+            return None
+        small += memoryview(topic)[:-len(empty)]
+        small += varint(len(parts) + 1) if flexible else _COUNT.pack(len(parts))
+        for partition, error, high_watermark, log_start, records in parts:
+            small = template.write(out, small, (partition, error, high_watermark,
+                                                high_watermark, log_start), records)
+        small += tags
+    small += tags
+    _COUNT.pack_into(first, 0, sum(len(c) for c in out) - 4)
+    return [c for c in out if len(c)]

@@ -30,6 +30,7 @@ entity the general path above read; a frame it declines takes that path, checks 
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -351,6 +352,66 @@ class RecordsTemplate:
         head += records
         head += self._tail
         return [head]
+
+
+class PartTemplate:
+    """One struct of a response (a Fetch answer's ``PartitionData``) that differs only in some
+    fixed-width integer fields and its record set, the last regular field, encoded by kio's
+    writer of that struct once: each further struct is a copy of the bytes before the record
+    set with those integers written in place and the record set's length, the record set,
+    then the bytes after it (the struct's tagged fields).
+
+    Why: a Fetch answer over 1,000 partitions (a consumer catching up) cost ~4 ms to build and
+    ~9 ms to encode by kio here, per answer; the structs are the same but for these values.
+    Found as :class:`RecordsTemplate` finds them (the integers where kio's encoding with that
+    one set to -1 differs); ValueError if the struct is not of that shape."""
+
+    __slots__ = ("_compact", "_fields", "_head", "_tail")
+
+    def __init__(self, make: Callable[[list[int], bytes], Any], widths: list[int]) -> None:
+        mark = RecordsTemplate._MARK
+        zeros = [0] * len(widths)
+        base = encode_entity(make(zeros, mark))
+        at = base.find(mark)
+        if at < 0 or base.find(mark, at + 1) >= 0:
+            raise ValueError("the record set is not found once in the struct")
+        if base[at - 1] == len(mark) + 1:
+            self._compact, prefix = True, 1
+        elif base[at - 4:at] == _SIZE.pack(len(mark)):
+            self._compact, prefix = False, 4
+        else:
+            raise ValueError("the record set has no length prefix kio writes")
+        self._fields = _integer_fields(lambda values: encode_entity(make(values, mark)),
+                                       base, widths, at - prefix)
+        self._head = base[:at - prefix]
+        self._tail = base[at + len(mark):]
+
+    def write(self, out: list[Chunk], small: bytearray, values: Sequence[int],
+              records: bytes) -> bytearray:
+        """Append the struct of ``values`` and ``records`` to ``small`` (the bytearray being
+        filled, the last of ``out``); a record set of ``BIG_WRITE`` bytes or more becomes its
+        own chunk of ``out`` (not copied). Returns the bytearray to go on filling."""
+        at = len(small)
+        small += self._head
+        for i, offset, field in self._fields:
+            field.pack_into(small, at + offset, values[i])
+        n = len(records)
+        small += varint(n + 1) if self._compact else _SIZE.pack(n)
+        if n >= BIG_WRITE:
+            out.append(records)
+            small = bytearray()
+            out.append(small)
+        else:
+            small += records
+        small += self._tail
+        return small
+
+
+def encode_entity(entity: Any) -> bytes:
+    """kio's encoding of one struct (no frame, no header)."""
+    buffer = io.BytesIO()
+    entity_writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
 
 
 _SIGNED = {2: struct.Struct(">h"), 4: struct.Struct(">i"), 8: struct.Struct(">q")}

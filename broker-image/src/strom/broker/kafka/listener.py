@@ -166,11 +166,11 @@ class KafkaListener:
         assert core is not None
         task = asyncio.get_running_loop().create_task(self._serve(core, conn))
         self._connections.add(task)
-        core.metrics.connections.labels(self.name).inc()
-        core.metrics.connections_created.labels(self.name).inc()
 
     async def _serve(self, core: BrokerCore, conn: _Connection) -> None:
         task = asyncio.current_task()
+        core.metrics.connections.labels(self.name).inc()
+        core.metrics.connections_created.labels(self.name).inc()
         try:
             while await self._one(core, conn):
                 pass

@@ -93,9 +93,9 @@ def test_reset_none_reports_error() -> None:
 
 def test_a_fetch_answer_is_queued_without_a_header_parsed_per_batch(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Queuing an answer needs only the offset after its last whole batch: reading two
-    integers per batch instead of a full header (~3x cheaper over the 10-20 record batches
-    of a keyed produce spread over 1,000 partitions, docs/decisions.md)."""
+    """Queuing an answer needs only the offset after its last whole batch: a few integers
+    per batch instead of a full header (~3x cheaper over the 10-30 record batches of a keyed
+    produce spread over 1,000 partitions, docs/decisions.md)."""
     from strom.protocol import batch as batch_module
 
     calls: list[int] = []

@@ -7,7 +7,6 @@ import pytest
 from strom.protocol.batch import (
     HEADER_SIZE,
     iter_headers,
-    max_next_offset,
     parse_header,
     patch_offsets,
     set_log_append_time,
@@ -111,16 +110,3 @@ def test_decode_skips_records_before_the_start_offset() -> None:
     assert [r.offset for r in decode_batches(bytes(buf), "t", 0, start_offset=12)] == [12, 13, 14]
     assert parse_header(buf).base_offset == 10
 
-
-def test_max_next_offset_is_the_largest_next_offset_of_the_whole_batches() -> None:
-    parts = []
-    for base, n in [(0, 3), (3, 5), (100, 2), (8, 1)]:  # the last batch goes back: max, not last
-        buf = bytearray(_batch(n))
-        patch_offsets(buf, 0, base, 0)
-        parts.append(bytes(buf))
-    data = b"".join(parts)
-    for cut in range(len(data) + 1):  # every prefix: partial trailing batches do not count
-        prefix = data[:cut]
-        expected = max((h.next_offset for h in iter_headers(prefix)), default=-1)
-        assert max_next_offset(prefix) == expected
-        assert max_next_offset(memoryview(prefix)) == expected

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from strom.client.models import OFFSET_BEGINNING, OFFSET_END, TopicPartition
-from strom.protocol.batch import max_next_offset
+from strom.protocol.batch import summarize
 from strom.protocol.errors import ErrorCode, StromError
 from strom.protocol.records import Record, RecordTaker
 
@@ -171,9 +171,12 @@ class SubscriptionState:
         st.log_start_offset = log_start_offset
         if not data or st.fetch_offset is None:
             return False
-        top = max_next_offset(data)
-        whole = top >= 0
-        next_offset = max(st.fetch_offset, top)
+        # the offset after the last whole batch, reading three integers a batch (walking
+        # iter_headers built a full header per batch: ~3x the cost over the 10-30 record
+        # batches of a keyed produce spread over 1,000 partitions)
+        after = summarize(data).next_offset
+        whole = after >= 0
+        next_offset = max(st.fetch_offset, after)
         if whole and next_offset <= st.fetch_offset:
             return False
         # without a single whole batch the answer is damaged: queued all the same, so poll()

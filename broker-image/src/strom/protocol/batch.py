@@ -261,25 +261,6 @@ def summarize(records: bytes | memoryview) -> RecordSetSummary:
     return RecordSetSummary(count, last)
 
 
-def max_next_offset(records: bytes | memoryview) -> int:
-    """The largest next offset of the whole batches in ``records`` (-1 when there is none),
-    reading two integers per batch: what a consumer needs of a fetch answer before decoding
-    it (``iter_headers`` built a full header per batch, ~3x the cost over the 10-20 record
-    batches of a keyed produce spread over 1,000 partitions)."""
-    top = -1
-    position = 0
-    total = len(records)
-    while total - position >= HEADER_SIZE:
-        base, length = _OFFSET_LEN.unpack_from(records, position)
-        if length < HEADER_SIZE - LOG_OVERHEAD or position + LOG_OVERHEAD + length > total:
-            break
-        after = base + _I.unpack_from(records, position + 23)[0] + 1
-        if after > top:
-            top = after
-        position += LOG_OVERHEAD + length
-    return top
-
-
 def next_offset_after(records: bytes) -> int:
     """The offset after the last batch in ``records`` (-1 when there is none)."""
     last = -1

@@ -2,18 +2,19 @@
 
 ``/healthz`` answers 200 while the process runs its event loop (a liveness probe); ``/readyz``
 answers 200 only after the logs are loaded and the gRPC server is serving, and 503 again once
-shutdown begins (a readiness probe). It is a minimal HTTP/1.1 server on asyncio streams, so
-scrapes run on the broker's event loop and read the logs without locks. GET and HEAD only; one
-request per connection.
+shutdown begins (a readiness probe). It is a minimal HTTP/1.1 server on asyncio streams; a
+scrape reads the broker's state on the event loop and formats it in a worker thread
+(:meth:`~strom.broker.metrics.BrokerMetrics.exposition`). GET and HEAD only; one request per
+connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 log = logging.getLogger(__name__)
 
@@ -21,8 +22,9 @@ _MAX_HEADER = 16 * 1024
 
 
 class HealthServer:
-    def __init__(self, registry: CollectorRegistry, ready: Callable[[], bool]) -> None:
-        self._registry = registry
+    def __init__(self, exposition: Callable[[], Awaitable[bytes]],
+                 ready: Callable[[], bool]) -> None:
+        self._exposition = exposition
         self._ready = ready
         self._server: asyncio.Server | None = None
         self.port = 0
@@ -43,7 +45,7 @@ class HealthServer:
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
             parts = request_line.split()
             method, target = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
-            status, ctype, body = self._route(method, target.split("?", 1)[0])
+            status, ctype, body = await self._route(method, target.split("?", 1)[0])
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1"))
@@ -58,12 +60,12 @@ class HealthServer:
         finally:
             writer.close()
 
-    def _route(self, method: str, path: str) -> tuple[str, str, bytes]:
+    async def _route(self, method: str, path: str) -> tuple[str, str, bytes]:
         text = "text/plain; charset=utf-8"
         if method not in ("GET", "HEAD"):
             return "405 Method Not Allowed", text, b"use GET\n"
         if path == "/metrics":
-            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self._registry)
+            return "200 OK", CONTENT_TYPE_LATEST, await self._exposition()
         if path == "/healthz":
             return "200 OK", text, b"ok\n"
         if path == "/readyz":

@@ -3,8 +3,18 @@
 Counters and the request histogram are updated on the request path (one labelled increment per
 partition). Everything that describes the logs (size, start and end offsets, partition count) is
 read from the :class:`~strom.storage.log.PartitionLog` objects at scrape time by a custom
-collector, so it costs nothing per request. Scrapes run on the broker's event loop (see
-``http.py``), the same thread that owns the logs, so no locking is needed.
+collector, so it costs nothing per request.
+
+A scrape (:meth:`BrokerMetrics.exposition`) works in two phases, so that it never holds the
+broker's event loop for long: at 10,000 partitions building and formatting the ~50,000 samples
+took 0.7-1.0 s in one callback, long enough to delay Raft and broker heartbeats past their
+timeouts (issue 21 item 3). On the event loop, the thread that owns the logs and the replica
+state, each scrape-time collector only *captures* plain figures (tuples of numbers, one turn:
+a consistent view, ~20 ms at 10,000 partitions); a worker thread then turns them into metric
+families and formats the text, beside the request-path metrics (prometheus_client's counters
+and histograms take their own locks). File-system reads (``os.statvfs``, the size of a log not
+opened yet) happen in the thread too. ``registry`` still answers live reads on the loop (the
+same names and values; tests read it).
 
 ``strom_broker_active_connections`` counts distinct client peers (gRPC reports one ``ip:port``
 per HTTP/2 connection) that made a call during the last 60 seconds; a gRPC server exposes no
@@ -38,13 +48,15 @@ are counted from the batch headers' record counts, without decoding records.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -52,7 +64,7 @@ from prometheus_client.registry import Collector
 from strom.broker.quorum_metrics import QuorumCollector, QuorumSource
 from strom.model.lag import partition_lag
 from strom.replication.manager import ReplicaManager
-from strom.storage.log import PartitionLog
+from strom.storage.log import PartitionLog, files_size
 
 PEER_WINDOW_S = 60.0
 _REBALANCE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -73,10 +85,65 @@ def _count(kept: dict[str, tuple[Any, Any]], size_counter: Counter, records_coun
     children[1].inc(records)
 
 
+Families = Callable[[], Iterable[Metric]]
+"""What a collector captured on the event loop: builds its metric families, in any thread."""
+
+
+class _Scraped(Collector):
+    """A collector read at scrape time in two phases: :meth:`capture` on the event loop,
+    then the families it returns, built anywhere; ``collect`` does both at once."""
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def capture(self) -> Families:
+        """Read what the families need (plain values only), on the event loop; the result
+        builds them later without touching broker state."""
+        raise NotImplementedError
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.capture()()
+
+
+class _CapturedWhole(_Scraped):
+    """A collector cheap enough to run whole on the event loop (a few samples)."""
+
+    def __init__(self, inner: Collector) -> None:
+        self._inner = inner
+
+    def capture(self) -> Families:
+        families = list(self._inner.collect())
+        return lambda: families
+
+
+class _Frozen(Collector):
+    """The request-path metrics (read under their own locks) and what the scrape-time
+    collectors captured, as one collector for a scrape's own registry."""
+
+    def __init__(self, live: CollectorRegistry, captured: Sequence[Families]) -> None:
+        self._live = live
+        self._captured = captured
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._live.collect()
+        for families in self._captured:
+            yield from families()
+
+
+def _expose(live: CollectorRegistry, captured: Sequence[Families]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Frozen(live, captured))
+    return generate_latest(registry)
+
+
 class BrokerMetrics:
     def __init__(self, broker_id: int, cluster_id: str = "", version: str = "") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        """Every metric, read live (on the event loop); a scrape uses :meth:`exposition`."""
+        r = self._request_path = CollectorRegistry(auto_describe=True)
         self.bytes_in = Counter("strom_broker_bytes_in", "Bytes of record batches appended by "
                                 "producers.", ["topic"], registry=r)
         self.bytes_out = Counter("strom_broker_bytes_out", "Bytes of record batches returned "
@@ -116,9 +183,7 @@ class BrokerMetrics:
         self._in: dict[str, tuple[Any, Any]] = {}
         self._out: dict[str, tuple[Any, Any]] = {}
         self._logs: Callable[[], Iterable[PartitionLog]] = tuple
-        r.register(_LogCollector(self))
         self.replication: ReplicaManager | None = None
-        r.register(_ReplicationCollector(self))
         self.group_rebalances = Counter("strom_consumer_group_rebalances", "Rebalances started "
                                         "by groups this broker coordinates.", ["group"],
                                         registry=r)
@@ -127,10 +192,20 @@ class BrokerMetrics:
             "to the leader's assignment (SyncGroup).", ["group"], buckets=_REBALANCE_BUCKETS,
             registry=r)
         self.groups: GroupsSource | None = None
-        r.register(_GroupCollector(self))
         self.quorum = QuorumCollector()
-        r.register(self.quorum)
         self.log_dirs: tuple[str, ...] = ()
+        self._scraped: tuple[_Scraped, ...] = (
+            _LogCollector(self), _ReplicationCollector(self), _GroupCollector(self),
+            _CapturedWhole(self.quorum))
+        self.registry.register(r)
+        for collector in self._scraped:
+            self.registry.register(collector)
+
+    async def exposition(self) -> bytes:
+        """The Prometheus text of every metric: figures captured on the event loop in one
+        turn, families built and formatted in a worker thread (see the module's docstring)."""
+        captured = [collector.capture() for collector in self._scraped]
+        return await asyncio.to_thread(_expose, self._request_path, captured)
 
     def watch_replicas(self, replicas: ReplicaManager) -> None:
         """Read replication gauges and counters from ``replicas`` at scrape time."""
@@ -211,7 +286,7 @@ class GroupsSource(Protocol):
     def committed_offsets(self) -> Iterator[tuple[str, str, int, int, int | None]]: ...
 
 
-class _GroupCollector(Collector):
+class _GroupCollector(_Scraped):
     """Consumer groups this broker coordinates: how many per state, and per group and partition
     the committed offset and the lag (high watermark minus committed, never negative), for
     partitions whose high watermark this broker knows (it hosts a replica); lag is left out
@@ -220,16 +295,19 @@ class _GroupCollector(Collector):
     def __init__(self, metrics: BrokerMetrics) -> None:
         self._metrics = metrics
 
-    def describe(self) -> Iterable[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
+    def capture(self) -> Families:
         source = self._metrics.groups
         if source is None:
-            return
+            return tuple
+        counts = dict(source.group_states())
+        offsets = list(source.committed_offsets())
+        return lambda: self._families(counts, offsets)
+
+    @staticmethod
+    def _families(counts: Mapping[str, int],
+                  offsets: Iterable[tuple[str, str, int, int, int | None]]) -> Iterator[Metric]:
         states = GaugeMetricFamily("strom_consumer_groups", "Groups this broker coordinates, "
                                    "by state.", labels=["state"])
-        counts = source.group_states()
         for state in _GROUP_STATES:
             states.add_metric([state], counts.get(state, 0))
         yield states
@@ -238,7 +316,7 @@ class _GroupCollector(Collector):
                                       "offset of a group on a partition.", labels=labels)
         lag = GaugeMetricFamily("strom_consumer_group_lag", "High watermark minus committed "
                                 "offset (records the group has yet to consume).", labels=labels)
-        for group, topic, partition, offset, high_watermark in source.committed_offsets():
+        for group, topic, partition, offset, high_watermark in offsets:
             key = [group, topic, str(partition)]
             committed.add_metric(key, offset)
             known = None if high_watermark is None else partition_lag(high_watermark, offset)
@@ -248,14 +326,27 @@ class _GroupCollector(Collector):
         yield lag
 
 
-class _LogCollector(Collector):
+_LogFigures = tuple[str, int, "int | Path", int, int, int]
+"""(topic, partition, bytes on disk or the directory of a log not opened yet, log end offset,
+log start offset, high watermark)."""
+
+
+class _LogCollector(_Scraped):
     def __init__(self, metrics: BrokerMetrics) -> None:
         self._metrics = metrics
 
-    def describe(self) -> Iterable[Metric]:
-        return []
+    def capture(self) -> Families:
+        logs: list[_LogFigures] = [
+            (plog.topic, plog.partition, plog.size_bytes if plog.loaded else plog.directory,
+             plog.log_end_offset, plog.log_start_offset, plog.high_watermark)
+            for plog in self._metrics.logs()]
+        peers = self._metrics.active_peers()
+        dirs = self._metrics.log_dirs
+        return lambda: self._families(logs, peers, dirs)
 
-    def collect(self) -> Iterator[Metric]:
+    @staticmethod
+    def _families(logs: Sequence[_LogFigures], peers: int, dirs: Sequence[str]
+                  ) -> Iterator[Metric]:
         labels = ["topic", "partition"]
         size = GaugeMetricFamily("strom_log_size_bytes", "Bytes on disk of a partition's log.",
                                  labels=labels)
@@ -265,28 +356,26 @@ class _LogCollector(Collector):
                                   labels=labels)
         hw = GaugeMetricFamily("strom_log_high_watermark", "Offset below which consumers "
                                "may read.", labels=labels)
-        count = 0
-        for plog in self._metrics.logs():
-            key = [plog.topic, str(plog.partition)]
-            size.add_metric(key, plog.size_bytes)
-            end.add_metric(key, plog.log_end_offset)
-            start.add_metric(key, plog.log_start_offset)
-            hw.add_metric(key, plog.high_watermark)
-            count += 1
+        for topic, partition, size_or_dir, log_end, log_start, high_watermark in logs:
+            key = [topic, str(partition)]
+            size.add_metric(key, size_or_dir if isinstance(size_or_dir, int)
+                            else files_size(size_or_dir))
+            end.add_metric(key, log_end)
+            start.add_metric(key, log_start)
+            hw.add_metric(key, high_watermark)
         yield size
         yield end
         yield start
         yield hw
         yield GaugeMetricFamily("strom_broker_partitions", "Partition replicas on this broker.",
-                                value=count)
+                                value=len(logs))
         yield GaugeMetricFamily("strom_broker_active_connections", "Distinct client peers "
-                                f"seen in the last {int(PEER_WINDOW_S)} seconds.",
-                                value=self._metrics.active_peers())
+                                f"seen in the last {int(PEER_WINDOW_S)} seconds.", value=peers)
         total = GaugeMetricFamily("strom_log_dir_size_bytes", "Size of the file system holding "
                                   "a log directory.", labels=["dir"])
         free = GaugeMetricFamily("strom_log_dir_free_bytes", "Bytes free to the broker on the "
                                  "file system holding a log directory.", labels=["dir"])
-        for directory in self._metrics.log_dirs:
+        for directory in dirs:
             try:
                 fs = os.statvfs(directory)
             except OSError:
@@ -297,50 +386,55 @@ class _LogCollector(Collector):
         yield free
 
 
-class _ReplicationCollector(Collector):
+class _ReplicationCollector(_Scraped):
     """Kafka's ReplicaManager / ReplicaFetcherManager metrics, read at scrape time."""
 
     def __init__(self, metrics: BrokerMetrics) -> None:
         self._metrics = metrics
 
-    def describe(self) -> Iterable[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
+    def capture(self) -> Families:
         manager = self._metrics.replication
         if manager is None:
-            return
+            return tuple
+        figures = (manager.under_replicated_count(), manager.under_min_isr_count(),
+                   manager.offline_count(), manager.leader_count(), manager.fetch_sessions(),
+                   manager.max_follower_lag(), manager.isr_shrinks, manager.isr_expands,
+                   manager.replication_bytes_in, manager.replication_bytes_out)
+        lags = list(manager.follower_lags())
+        return lambda: self._families(*figures, lags)
+
+    @staticmethod
+    def _families(under_replicated: int, under_min_isr: int, offline: int, leaders: int,
+                  sessions: int, max_lag: int, shrinks: int, expands: int, bytes_in: int,
+                  bytes_out: int, lags: Iterable[tuple[str, int, int]]) -> Iterator[Metric]:
         yield GaugeMetricFamily("strom_under_replicated_partitions", "Partitions led by this "
                                 "broker whose ISR is smaller than their replica set.",
-                                value=manager.under_replicated_count())
+                                value=under_replicated)
         yield GaugeMetricFamily("strom_under_min_isr_partitions", "Partitions led by this "
                                 "broker whose ISR is smaller than min.insync.replicas (acks=all "
-                                "writes are refused).", value=manager.under_min_isr_count())
+                                "writes are refused).", value=under_min_isr)
         yield GaugeMetricFamily("strom_offline_partitions", "Partitions with no leader, counted "
-                                "by their preferred replica.", value=manager.offline_count())
+                                "by their preferred replica.", value=offline)
         yield GaugeMetricFamily("strom_leader_partitions", "Partitions this broker leads.",
-                                value=manager.leader_count())
+                                value=leaders)
         yield GaugeMetricFamily("strom_replica_fetch_sessions", "Followers' fetch sessions "
                                 "open on this broker (KIP-227; one per follower broker).",
-                                value=manager.fetch_sessions())
+                                value=sessions)
         yield GaugeMetricFamily("strom_replica_fetcher_max_lag", "Records the most-behind "
-                                "followed partition lacks, as of its last fetch.",
-                                value=manager.max_follower_lag())
+                                "followed partition lacks, as of its last fetch.", value=max_lag)
         lag = GaugeMetricFamily("strom_replica_fetcher_lag", "Records a followed partition "
                                 "lacks, as of its last fetch.", labels=["topic", "partition"])
-        for topic, partition, behind in manager.follower_lags():
+        for topic, partition, behind in lags:
             lag.add_metric([topic, str(partition)], behind)
         yield lag
         yield CounterMetricFamily("strom_isr_shrinks", "ISR shrinks proposed by this broker "
-                                  "as leader and committed.", value=manager.isr_shrinks)
+                                  "as leader and committed.", value=shrinks)
         yield CounterMetricFamily("strom_isr_expands", "ISR expansions proposed by this broker "
-                                  "as leader and committed.", value=manager.isr_expands)
+                                  "as leader and committed.", value=expands)
         yield CounterMetricFamily("strom_replication_bytes_in", "Bytes of record batches "
-                                  "fetched from leaders as a follower.",
-                                  value=manager.replication_bytes_in)
+                                  "fetched from leaders as a follower.", value=bytes_in)
         yield CounterMetricFamily("strom_replication_bytes_out", "Bytes of record batches "
-                                  "sent to followers as a leader.",
-                                  value=manager.replication_bytes_out)
+                                  "sent to followers as a leader.", value=bytes_out)
 
 
 #: Every sample name a broker exports, as Prometheus stores it (counters with ``_total``,

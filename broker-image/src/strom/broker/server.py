@@ -119,7 +119,7 @@ class BrokerServer:
         endpoints = await self._bind_kafka()
         core = self.core = BrokerCore.create(config, port=self.port, listeners=endpoints)
         if config.metrics_port:
-            self._health = HealthServer(core.metrics.registry, lambda: self.ready)
+            self._health = HealthServer(core.metrics.exposition, lambda: self.ready)
             try:
                 await self._health.start(config.host, config.metrics_port)
             except OSError as exc:

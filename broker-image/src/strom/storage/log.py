@@ -474,11 +474,7 @@ class PartitionLog:
     @property
     def size_bytes(self) -> int:
         if self._deferred is not None:  # the files' sizes, without reading the log
-            try:
-                return sum(os.stat(self.directory / n).st_size
-                           for n in os.listdir(self.directory) if n.endswith(".log"))
-            except OSError:
-                return 0
+            return files_size(self.directory)
         return sum(s.size for s in self._segments)
 
     @property
@@ -1339,6 +1335,16 @@ class PartitionLog:
         self._epochs.truncate_from_end(offset)
         with contextlib.suppress(OSError):
             self._rebuild_producer_state()
+
+
+def files_size(directory: Path) -> int:
+    """Bytes of the segment files in a log's directory (0 if it cannot be read), without
+    opening the log: a plain file-system read, safe in any thread."""
+    try:
+        return sum(os.stat(directory / n).st_size
+                   for n in os.listdir(directory) if n.endswith(".log"))
+    except OSError:
+        return 0
 
 
 def _io_reason(exc: OSError) -> str:

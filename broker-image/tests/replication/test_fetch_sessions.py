@@ -264,3 +264,36 @@ def test_follower_session_names_only_changed_partitions() -> None:
     assert session.full and session.session_id == 0
     named, _ = session.request(keys, keys.get)
     assert len(named) == 4
+
+
+async def test_a_full_fetch_is_answered_without_waiting(tmp_path: Path) -> None:
+    """A full fetch that names partitions is answered after one pass even with nothing to
+    send (the follower does not interrupt it, so the partitions added meanwhile wait for its
+    answer); an incremental one with nothing new still long-polls."""
+    cluster = Cluster(tmp_path, (0,))
+    try:
+        await cluster.start(0)
+        for view in _views(3):
+            cluster.set_view(view)
+        leader = cluster.nodes[0].m
+
+        def request(session_id: int, epoch: int, partitions: list[int], wait_ms: int
+                    ) -> replica_pb2.ReplicaFetchRequest:
+            return replica_pb2.ReplicaFetchRequest(
+                replica_id=1, max_wait_ms=wait_ms, min_bytes=1, max_bytes=1 << 20,
+                session_id=session_id, session_epoch=epoch, partitions=[
+                    replica_pb2.ReplicaFetchPartition(
+                        topic="t", partition=p, fetch_offset=0, last_fetched_epoch=-1,
+                        current_leader_epoch=0, partition_max_bytes=1 << 20)
+                    for p in partitions])
+
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        head, answers = await leader.replica_fetch(request(0, 0, [0, 1], 20_000))
+        assert loop.time() - started < 10.0  # not the 20 s long-poll
+        assert len(answers) == 2 and head.session_id
+        started = loop.time()
+        _, answers = await leader.replica_fetch(request(head.session_id, 1, [], 300))
+        assert loop.time() - started >= 0.25 and not answers  # nothing new: a long-poll
+    finally:
+        await cluster.close()

@@ -10,9 +10,12 @@ delay passes; an unknown leader address or a failed call backs off exponentially
 
 A partition added (or given a new epoch) while a long-poll is in flight interrupts it and the
 next request includes it at once: after a failover, partitions moving to a leader this broker
-already fetches from must not wait out ``replica.fetch.wait.max.ms``. A response for a partition
-whose leader epoch changed while the call was in flight is dropped; the target also drops one
-whose log end offset moved (truncated meanwhile).
+already fetches from must not wait out ``replica.fetch.wait.max.ms``. A full fetch is never
+interrupted: the leader answers it without waiting (:mod:`strom.replication.sessions`), and an
+interrupted full fetch would be rebuilt over every
+partition again (while a creation adds partitions in slices, over and over). A response for a
+partition whose leader epoch changed while the call was in flight is dropped; the target also
+drops one whose log end offset moved (truncated meanwhile).
 
 The fetches run in a fetch session (Kafka's KIP-227; :mod:`strom.replication.fetch_session`
 here, :mod:`strom.replication.sessions` on the leader): after one full fetch, a request names
@@ -196,6 +199,7 @@ class ReplicaFetcher:
             await self._sleep(backoff_s(self.failures, self._settings))
             return
         session = self.session
+        interruptible = not session.full
         request = self._request()
         if not session.sent:  # no partition can be fetched (e.g. none has a position)
             session.reset()
@@ -203,7 +207,7 @@ class ReplicaFetcher:
             return
         timeout = (self._settings.fetch_wait_max_ms + self._settings.fetch_timeout_ms) / 1000.0
         try:
-            response = await self._call(fetch, request, timeout)
+            response = await self._call(fetch, request, timeout, interruptible)
         except grpc.aio.AioRpcError as exc:
             session.reset()
             self.failures += 1
@@ -244,9 +248,11 @@ class ReplicaFetcher:
             self.session.touch(tp)
 
     async def _call(self, fetch: _FetchMethod, request: replica_pb2.ReplicaFetchRequest,
-                    timeout: float) -> Received | None:
+                    timeout: float, interruptible: bool) -> Received | None:
         """The call's response, or None if :meth:`add` / :meth:`undelay` interrupted the
         long-poll (so a partition that just moved to this leader does not wait it out)."""
+        if not interruptible:
+            return await fetch(request, timeout=timeout)
         call = asyncio.ensure_future(fetch(request, timeout=timeout))
         changed = asyncio.ensure_future(self._changed.wait())
         try:

@@ -531,7 +531,7 @@ class ReplicaManager:
                                                   answers, total, max_bytes)
             session.answering.update(answers)
             remaining = deadline - loop.time()
-            if done or total >= max(request.min_bytes, 1) or remaining <= 0:
+            if done or plan.answer_now or total >= max(request.min_bytes, 1) or remaining <= 0:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(session.event.wait(), remaining)

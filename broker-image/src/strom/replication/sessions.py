@@ -28,6 +28,14 @@ The rules (Kafka's ``FetchManager.newContext``, by the request's session id and 
   case): whatever that answer told is forgotten, so its partitions are answered again. Kafka's
   followers do not interrupt a fetch; a full fetch after each interruption would cost as much as
   sessions save when thousands of partitions move at once.
+- Not in Kafka either: a full fetch (epoch 0) that names partitions is answered after one pass,
+  without waiting for records (``Plan.answer_now``). A follower never interrupts a full fetch
+  (:mod:`strom.replication.fetcher`): before, while a creation added partitions to a fetcher in
+  20 ms publisher slices, each add interrupted the follower's first full fetch, which was
+  rebuilt over every partition so far and served by the leader again for as long as the
+  creation went on (the loop watch named those passes among the turns that starved Raft, issue
+  21 item 3). Answered at once, the session is open after one round trip and the partitions
+  added meanwhile go in the next, incremental, request.
 
 Pure state (no I/O, no clock); the replica manager reads the logs. Owned by the event loop.
 """
@@ -149,6 +157,9 @@ class Plan:
     """The session stays after the answer (its id goes back to the follower)."""
     todo: tuple[TopicPartition, ...] = ()
     """Partitions to look at in the first pass."""
+    answer_now: bool = False
+    """A full fetch that names partitions: answer after the first pass, without waiting for
+    records (the follower does not interrupt it; what it adds meanwhile comes next)."""
     error: ErrorCode | None = None
     message: str = ""
 
@@ -192,7 +203,7 @@ class SessionCache:
             for tp in session.partitions:
                 self._watchers.watch(tp, session)
             return Plan(session, full=True, cached=epoch == FULL_EPOCH,
-                        todo=tuple(session.partitions))
+                        todo=tuple(session.partitions), answer_now=bool(session.partitions))
         if epoch < 0:
             return Plan(error=ErrorCode.INVALID_FETCH_SESSION_EPOCH,
                         message=f"session_epoch={epoch} is neither -1, 0 nor positive")

@@ -6,7 +6,10 @@ the loop from its Raft messages. asyncio's debug mode logs slow callbacks, but c
 coroutine and misses a loop that is late because of many medium callbacks in a row. This
 watch measures the loop's lag (a task that sleeps ``interval`` and notes when it woke) and,
 from a thread of its own, samples the loop thread's Python stack while the loop is late by more
-than the threshold: a few samples per stall show where the time goes. Off unless the
+than the threshold: a few samples per stall show where the time goes. The cyclic garbage
+collector's passes are timed too (``gc.callbacks``): a collection holds the GIL, so the sampling
+thread cannot see it, and at 10,000 partitions a full (generation 2) pass over the broker's heap
+is itself a long turn. Off unless the
 environment variable is set (a thread that wakes every ``threshold / 4`` is not free on an idle
 broker); benchmarks set it for the brokers they start.
 """
@@ -14,6 +17,7 @@ broker); benchmarks set it for the brokers they start.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -39,6 +43,11 @@ class LoopWatch:
         self._stop = threading.Event()
         self._loop_thread = threading.get_ident()
         self._samples: Counter[str] = Counter()
+        self._gc_started = 0.0
+        self._gc_s = 0.0
+        """Seconds the loop thread spent collecting garbage since the last beat."""
+        self._gc_full_s = 0.0
+        """The longest full (generation 2) collection among them."""
         self._thread: threading.Thread | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -49,11 +58,25 @@ class LoopWatch:
         self._task = asyncio.get_running_loop().create_task(self._beat(), name="loop-watch")
         self._thread = threading.Thread(target=self._watch, name="loop-watch", daemon=True)
         self._thread.start()
+        gc.callbacks.append(self._on_gc)
 
     def stop(self) -> None:
         self._stop.set()
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         if self._task is not None:
             self._task.cancel()
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if threading.get_ident() != self._loop_thread:
+            return
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._gc_started
+        self._gc_s += took
+        if info.get("generation") == 2:
+            self._gc_full_s = max(self._gc_full_s, took)
 
     async def _beat(self) -> None:
         while True:
@@ -64,9 +87,12 @@ class LoopWatch:
             late = now - before - self._interval_s
             if late > self.threshold_s:
                 top = ", ".join(f"{n} x {where}" for where, n in self._samples.most_common(3))
-                log.warning("the event loop was %d ms late; sampled: %s", int(late * 1000),
+                log.warning("the event loop was %d ms late (garbage collection %d ms of it, "
+                            "longest full collection %d ms); sampled: %s", int(late * 1000),
+                            int(self._gc_s * 1000), int(self._gc_full_s * 1000),
                             top or "nothing (a stall shorter than a sample)")
             self._samples.clear()
+            self._gc_s = self._gc_full_s = 0.0
 
     def _watch(self) -> None:
         while not self._stop.wait(self._interval_s):

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
 import pytest
 
-from strom.controller.active import ActiveController, ControllerSettings
+from strom.controller.active import LOG_EACH_CHANGE, ActiveController, ControllerSettings
 from strom.controller.decisions import fence_changes, reassignment_start
 from strom.controller.driver import NotControllerError, QuorumDriver
 from strom.controller.messages import Message
@@ -352,6 +353,36 @@ async def test_a_new_controller_finishes_a_fencing_its_predecessor_left_half_don
         assert not c.image.brokers[2].fenced
     finally:
         await c.stop()
+
+
+async def test_thousands_of_elections_in_a_tick_log_one_line(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past LOG_EACH_CHANGE changes a tick logs their count per reason, not a line each (at
+    10,000 partitions writing thousands of lines per tick on the event loop was most of the
+    controller's late turns); each change is still logged at DEBUG."""
+    n = LOG_EACH_CHANGE + 10
+    await cluster.live(0, 1)
+    await cluster.propose(CreateTopic("t", "tid", tuple((0, 1) for _ in range(n))))
+    await cluster.advance(1.5, heartbeating=(1,))
+    await cluster.until(lambda i: all(i.partition("t", p).leader == 1 for p in range(n)),
+                        "every leadership moved to 1")
+    await cluster.register(0, "inc-0b")
+    await cluster.heartbeat(0)
+    await cluster.propose(Batch(tuple(
+        ChangePartition("t", p, isr=(1, 0),
+                        expected_partition_epoch=cluster.image.partition("t", p).partition_epoch)
+        for p in range(n))))
+    with caplog.at_level(logging.DEBUG, logger="strom.controller.active"):
+        await cluster.advance(REBALANCE_MS / 1000, heartbeating=(0, 1))
+        await cluster.until(lambda i: all(i.partition("t", p).leader == 0 for p in range(n)),
+                            "the preferred leaders back")
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert f"changing leadership or ISR of {n} partitions: {n} x preferred replica " \
+           "leadership rebalance" in info, info
+    assert not [m for m in info if m.startswith("electing broker")], info
+    assert len([m for m in debug if m.startswith("electing broker 0 leader of t-")]) == n
 
 
 async def test_no_rebalance_when_disabled() -> None:

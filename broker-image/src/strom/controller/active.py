@@ -41,6 +41,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,9 @@ MAX_BATCHES_PER_STEP = 6
 recomputed on the next tick. Enough for the whole fencing of a broker of 3 at 10,000 partitions
 at RF 3 (~5,000 leadership moves and ~5,000 ISR shrinks): at 4 batches of 500 a tick, each
 waiting for the previous one to commit, its leaderships took 3 ticks and 6.9 s to move."""
+LOG_EACH_CHANGE = 20
+"""Above this many partition changes in one tick the controller logs their count per reason
+instead of a line each (each still at DEBUG)."""
 
 
 @dataclass(frozen=True)
@@ -485,9 +489,27 @@ class ActiveController:
                 chosen[key] = (change, reason)
         if not chosen:
             return
-        for change, reason in chosen.values():
-            self._log_change(image, change, reason)
+        self._log_changes(image, list(chosen.values()))
         await self._propose_all([c for c, _ in chosen.values()])
+
+    @classmethod
+    def _log_changes(cls, image: MetadataImage,
+                     changes: Sequence[tuple[ChangePartition, str]]) -> None:
+        """One line per change while they are few; past ``LOG_EACH_CHANGE``, one line with the
+        count per reason and each change at DEBUG. At 10,000 partitions a tick chose thousands
+        (the elections after a fencing, a preferred-leader rebalance), and writing a line for
+        each on the event loop was the largest part of the controller's late turns (and was
+        done again on every tick whose proposals failed)."""
+        if len(changes) <= LOG_EACH_CHANGE:
+            for change, reason in changes:
+                cls._log_change(image, change, reason)
+            return
+        reasons = Counter(reason for _, reason in changes)
+        log.info("changing leadership or ISR of %d partitions: %s", len(changes),
+                 "; ".join(f"{n} x {reason}" for reason, n in reasons.most_common()))
+        if log.isEnabledFor(logging.DEBUG):
+            for change, reason in changes:
+                cls._log_change(image, change, reason, logging.DEBUG)
 
     def _eligible(self, image: MetadataImage, change: ChangePartition) -> bool:
         """A broker in controlled shutdown is not given any new leadership."""
@@ -496,10 +518,12 @@ class ActiveController:
         return change.leader == image.partition(change.topic, change.partition).leader
 
     @staticmethod
-    def _log_change(image: MetadataImage, change: ChangePartition, reason: str) -> None:
+    def _log_change(image: MetadataImage, change: ChangePartition, reason: str,
+                    level: int = logging.INFO) -> None:
         p = image.partition(change.topic, change.partition)
         if change.replicas is not None:
-            log.info(
+            log.log(
+                level,
                 "completing reassignment of %s-%d: replicas %s -> %s, leader %d (%s)",
                 change.topic,
                 change.partition,
@@ -509,7 +533,8 @@ class ActiveController:
                 reason,
             )
         elif change.leader == p.leader and change.isr is not None:
-            log.info(
+            log.log(
+                level,
                 "ISR of %s-%d %s -> %s, leader %s stays: %s",
                 change.topic,
                 change.partition,
@@ -519,7 +544,8 @@ class ActiveController:
                 reason,
             )
         else:
-            log.info(
+            log.log(
+                level,
                 "electing broker %s leader of %s-%d (was %s): %s",
                 change.leader,
                 change.topic,

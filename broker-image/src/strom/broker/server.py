@@ -43,6 +43,7 @@ from strom.broker import loop_watch, service
 from strom.broker.config import BrokerConfig, ConfigError
 from strom.broker.core import BrokerCore
 from strom.broker.file_limit import FileLimitError, raise_open_file_limit
+from strom.broker.gc_policy import FreezeSurvivors
 from strom.broker.health import HealthServer
 from strom.broker.kafka.listener import KafkaListener
 from strom.broker.listeners import GRPC_LISTENER
@@ -285,6 +286,7 @@ def run(config: BrokerConfig) -> int:
     """Blocking entry point for ``strom broker start`` and ``python -m strom.broker``."""
     configure_logging(config.log_level)
     tune_malloc(os.environ)
+    FreezeSurvivors().install()
     if fileops.install_from_env() is not None:
         log.warning("storage fault injection is on (%s)", fileops.ENV)
     try:

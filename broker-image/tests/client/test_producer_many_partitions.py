@@ -10,7 +10,6 @@ once a quarter of the memory is taken and grow only as they fill up; the bound s
 
 from __future__ import annotations
 
-import time
 
 from strom.client import Producer
 from strom.testing.waits import wait_until
@@ -28,15 +27,16 @@ def test_two_records_for_each_of_10000_partitions_do_not_wait_for_memory(
         producer.send("t", value, partition=0).result(10)  # metadata known, connection up
         fake_cluster.slow_produce.add(1)  # no batch completes while the records go in
         try:
-            start = time.monotonic()
+            # No batch can complete while the broker holds them, so a send() that had to wait
+            # for buffer_memory would raise REQUEST_TIMED_OUT after max_block_ms: the sends
+            # all returning is the proof, with no clock (a 1.9 s bound on the loop flaked at
+            # load 23).
             futures = [producer.send("t", value, key=b"%d" % r, partition=p)
                        for r in range(2) for p in range(PARTITIONS)]
-            took = time.monotonic() - start
             memory = producer._core.acc  # what the records hold: within the bound
             assert memory.used_memory <= memory.buffer_memory
         finally:
             fake_cluster.slow_produce.discard(1)
-        assert took < 1.9, f"send() waited for buffer_memory: {took:.1f} s for 20,000 records"
         producer.flush(60)
     assert all(f.result().offset >= 0 for f in futures)
     wait_until(lambda: all(fake_cluster.records_in("t", p) == 2 + (p == 0)

@@ -10,7 +10,6 @@ once a quarter of the memory is taken and grow only as they fill up; the bound s
 
 from __future__ import annotations
 
-
 from strom.client import Producer
 from strom.testing.waits import wait_until
 

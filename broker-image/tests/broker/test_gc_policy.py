@@ -33,7 +33,7 @@ def test_survivors_are_frozen_then_thawed_for_one_whole_pass() -> None:
         gc.collect()
         assert policy.partial_passes == 2 and dead() is not None
         # the frozen part grows past twice the baseline: thawed for one whole pass
-        kept = [[] for _ in range(2 * baseline + 1000)]
+        kept: list[list[object]] = [[] for _ in range(2 * baseline + 1000)]
         gc.collect()
         assert policy.thawed and gc.get_freeze_count() == 0
         gc.collect()  # the whole heap: the frozen cycle is reclaimed, survivors frozen again

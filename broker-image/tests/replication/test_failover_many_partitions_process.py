@@ -79,6 +79,18 @@ def test_kill_9_moves_every_led_partition_within_the_failover_bound(tmp_path: Pa
 
         cluster.wait_until(settled, timeout=60, interval=0.25,
                            what=f"all {PARTITIONS} partitions led with 3 in-sync replicas")
+        # The preferred replicas lead, a third each: on a loaded machine a broker fenced for a
+        # moment while the partitions were created hands its leaderships to the others until
+        # the controller's next rebalance (every 30 s); a starved run found the broker to kill
+        # leading none.
+        admin.elect_leaders(raise_on_error=False)
+
+        def preferred() -> bool:
+            [t] = [t for t in cluster.metadata([TOPIC]).topics if t.name == TOPIC]
+            return all(p.leader == p.replicas[0] for p in t.partitions)
+
+        cluster.wait_until(preferred, timeout=60, interval=0.25,
+                           what="every partition led by its preferred replica")
         acked = _produce(cluster.bootstrap, 0, 2 * PARTITIONS)
         controller = cluster.controller_id()
         leaders = _leaders(cluster, via=controller)

@@ -22,10 +22,13 @@ def _hold_the_loop(seconds: float) -> None:
 
 async def _late_messages(caplog: pytest.LogCaptureFixture, stall: Callable[[], None],
                          logged: Callable[[str], bool]) -> list[str]:
-    """Run ``stall`` on the loop under a watch of 40 ms; the late turns logged until one says
-    what ``logged`` looks for. Not until the first late turn: on a loaded machine a turn late
-    for want of a CPU may come before the stall's ("83 ms late; sampled: nothing" in a run
-    beside 4 busy loops), and the stall's own line was never waited for."""
+    """Run ``stall`` on the loop under a watch of 40 ms, again after each half second with no
+    line that says what ``logged`` looks for, until one does (30 s at most); the late turns
+    logged. Not until the first late turn: on a loaded machine a turn late for want of a CPU
+    may come before the stall's ("83 ms late; sampled: nothing" in a run beside 4 busy
+    loops). And again, not once: the sampling thread needs a CPU during the stall, and in a
+    full CI run it got none during a 0.4 s stall ("413 ms late; sampled: nothing"). A watch
+    that never names the holder still fails the test."""
     watch = loop_watch.LoopWatch(0.04)
     watch.start()
 
@@ -35,10 +38,13 @@ async def _late_messages(caplog: pytest.LogCaptureFixture, stall: Callable[[], N
     try:
         await asyncio.sleep(0.05)
         with caplog.at_level(logging.WARNING, logger="strom.loop_watch"):
-            stall()
             async with asyncio.timeout(30):
                 while not any(logged(m) for m in late()):
-                    await asyncio.sleep(0.01)
+                    stall()
+                    for _ in range(50):
+                        await asyncio.sleep(0.01)
+                        if any(logged(m) for m in late()):
+                            break
     finally:
         watch.stop()
     return late()

@@ -13,7 +13,6 @@ again with only its correlation id rewritten, acks=1, its answer read and checke
 from __future__ import annotations
 
 import datetime
-import io
 import socket
 import struct
 import uuid
@@ -26,11 +25,11 @@ from kio.schema.metadata.v12 import request as md_req
 from kio.schema.metadata.v12 import response as md_resp
 from kio.schema.produce.v13 import request as produce_req
 from kio.schema.produce.v13 import response as produce_resp
-from kio.schema.request_header.v2.header import RequestHeader
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from benchmarks import raw_records as rr
 from benchmarks.strom_workloads import Throughput
+from strom.testing import kafka_wire
 
 FETCH, PRODUCE, METADATA = 1, 0, 3
 FETCH_VERSION, PRODUCE_VERSION, METADATA_VERSION = 17, 13, 12
@@ -47,13 +46,7 @@ _read_produce = entity_reader(produce_resp.ProduceResponse)
 
 def frame(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
     """A size-prefixed request: header v2 (client id ``raw-bench``) and ``body``, by kio."""
-    buffer = io.BytesIO()
-    entity_writer(RequestHeader)(buffer, RequestHeader(
-        request_api_key=api_key, request_api_version=version,  # type: ignore[arg-type]
-        correlation_id=correlation_id, client_id="raw-bench"))  # type: ignore[arg-type]
-    entity_writer(type(body))(buffer, body)
-    data = buffer.getvalue()
-    return _SIZE.pack(len(data)) + data
+    return kafka_wire.frame(api_key, version, correlation_id, body, client_id="raw-bench")
 
 
 def with_correlation_id(request: bytes, correlation_id: int) -> bytes:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import io
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -19,32 +18,23 @@ from typing import Any
 from kio.schema.metadata.v12 import request as md_req
 from kio.schema.produce.v9 import request as produce_req
 from kio.schema.produce.v9 import response as produce_resp
-from kio.schema.request_header.v2.header import RequestHeader
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from strom.broker.core import BrokerCore
 from strom.broker.kafka.listener import KafkaListener, _Connection
 from strom.broker.listeners import Listener
 from strom.protocol.records import encode_batch
+from strom.testing.kafka_wire import frame as request_frame
 
 CoreFactory = Callable[..., Awaitable[BrokerCore]]
 _SIZE = struct.Struct(">i")
 _read_produce = entity_reader(produce_resp.ProduceResponse)
 
 
-def _frame(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
-    buffer = io.BytesIO()
-    entity_writer(RequestHeader)(buffer, RequestHeader(
-        request_api_key=api_key, request_api_version=version,  # type: ignore[arg-type]
-        correlation_id=correlation_id, client_id="now"))  # type: ignore[arg-type]
-    entity_writer(type(body))(buffer, body)
-    return _SIZE.pack(buffer.tell()) + buffer.getvalue()
-
-
 def _produce(correlation_id: int, topic: str, partition: int, acks: int = 1,
              records: bytes | None = None) -> bytes:
     batch = records if records is not None else encode_batch([(b"k", b"v%d" % correlation_id)])
-    return _frame(0, 9, correlation_id, produce_req.ProduceRequest(
+    return request_frame(0, 9, correlation_id, produce_req.ProduceRequest(
         transactional_id=None, acks=acks,  # type: ignore[arg-type]
         timeout=datetime.timedelta(seconds=30),  # type: ignore[arg-type]
         topic_data=(produce_req.TopicProduceData(name=topic, partition_data=(  # type: ignore[arg-type]
@@ -52,7 +42,7 @@ def _produce(correlation_id: int, topic: str, partition: int, acks: int = 1,
 
 
 def _metadata(correlation_id: int) -> bytes:
-    return _frame(3, 12, correlation_id, md_req.MetadataRequest(
+    return request_frame(3, 12, correlation_id, md_req.MetadataRequest(
         topics=None, allow_auto_topic_creation=False,
         include_topic_authorized_operations=False))
 

@@ -27,6 +27,10 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength: batchLength counts the bytes afte
 MAGIC = 2
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+#: The header's leading fields (baseOffset, batchLength, partitionLeaderEpoch, magic, crc,
+#: attributes, lastOffsetDelta, baseTimestamp, maxTimestamp): what a consumer's decode reads
+#: of each batch (``strom.protocol.records.decode_batch_lists``), one unpack, no BatchHeader.
+HEADER_LEAD = struct.Struct(_HEADER.format[:10])
 _OFFSET_LEN = struct.Struct(">qi")
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")

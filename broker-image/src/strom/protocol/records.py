@@ -24,6 +24,7 @@ from aiokafka.record.default_records import (
 from strom.protocol.batch import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
+    HEADER_LEAD,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
@@ -168,9 +169,6 @@ class BatchBuilder:
 _LENGTH = struct.Struct(">i")
 _PRODUCER_STATE = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at byte 43
 _CRC = struct.Struct(">I")
-#: baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
-#: baseTimestamp, maxTimestamp: the header fields the consumer's decode reads
-_LEAD = struct.Struct(">qiibIhiqq")
 
 
 def restamp_producer_state(batch: bytes | bytearray, producer_id: int, producer_epoch: int,
@@ -261,7 +259,7 @@ def decode_batch_lists(
     # One unpack of the header's leading fields per batch, no BatchHeader, no copy: at 1,000
     # partitions a catch-up holds ~15 times the batches (10-20 records each), and the
     # per-batch part of this loop was ~40 % of the decode (docs/decisions.md, strom21).
-    unpack = _LEAD.unpack_from
+    unpack = HEADER_LEAD.unpack_from
     total = len(mv)
     end, after = 0, start_offset
     while total - end >= HEADER_SIZE:

@@ -67,9 +67,8 @@ class LeaderEpochCache:
     @classmethod
     def of(cls, path: Path, entries: list[tuple[int, int]]) -> LeaderEpochCache:
         """A cache holding ``entries`` (read from elsewhere: the log directory's file of a
-        clean stop, :mod:`strom.storage.dir_checkpoint`), checked as :meth:`load` checks its
-        own file's; ``path`` is where :meth:`save` writes it."""
-        check_increasing(entries)
+        clean stop, whose reader :func:`strom.storage.dir_checkpoint.read_epochs` checked them
+        as :meth:`load` checks its own file's); ``path`` is where :meth:`save` writes it."""
         cache = cls(path)
         cache._entries = list(entries)
         return cache

@@ -229,12 +229,12 @@ def _encoded_many(ctx: Context, session_id: int, by_topic: dict[str, tuple[Any, 
         template = _PARTS.make(key, lambda: PartTemplate(make, _PART_WIDTHS))
     if template is None:
         return None
-    flexible = ctx.version >= 12
+    response = ctx.build("FetchResponse", throttle_time=NO_THROTTLE, error_code=code(0),
+                         session_id=session_id, responses=())
+    flexible = bool(type(response).__flexible__)  # kio's flag for this version
     tags = b"\x00" if flexible else b""  # an empty tagged-field section
     empty = b"\x01" + tags if flexible else _COUNT.pack(0)  # an empty array, then the tags
-    head = encode_response(ctx.request.correlation_id, ctx.build(
-        "FetchResponse", throttle_time=NO_THROTTLE, error_code=code(0), session_id=session_id,
-        responses=()))
+    head = encode_response(ctx.request.correlation_id, response)
     if not head.endswith(empty):
         return None
     first = small = bytearray(head[:-len(empty)])

@@ -16,7 +16,7 @@ brokers' heartbeats to the controller, the controller's loop and the followers' 
 when there is nothing to do.
 
 Run: ``uv run --all-packages python -m benchmarks.idle_cpu [--partitions N] [--window-s 20]
-[--windows 3] [--settle-s 10] [--json PATH] [--logs DIR]``.
+[--windows 3] [--settle-s 10] [--json PATH] [--logs DIR] [--set KEY=VALUE ...]``.
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ class IdlePoint:
     metadata_offset: int = -1
     windows: list[Window] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    overrides: dict[str, str] = field(default_factory=dict)
+    """Broker settings given instead of their defaults (``--set``): an A/B of a default
+    alternated in the same code, e.g. ``--set controller.heartbeat.interval.ms=100``."""
 
     def median_per_broker(self) -> dict[int, float]:
         ids = sorted({b for w in self.windows for b in w.cpu_pct})
@@ -90,10 +93,11 @@ def wait_settled(cluster: Cluster, settle_s: float, timeout_s: float) -> tuple[f
 
 def measure(partitions: int, *, window_s: float = 20.0, windows: int = 3,
             settle_s: float = 10.0, max_seconds: float = 600.0,
-            say: object = print, logs_dir: Path | None = None) -> IdlePoint:
+            say: object = print, logs_dir: Path | None = None,
+            overrides: dict[str, str] | None = None) -> IdlePoint:
     log = say if callable(say) else print
-    point = IdlePoint(partitions)
-    config = {**production_defaults(), "min.insync.replicas": "2"}
+    point = IdlePoint(partitions, overrides=dict(overrides or {}))
+    config = {**production_defaults(), "min.insync.replicas": "2", **point.overrides}
     with tempfile.TemporaryDirectory(prefix="strom-bench-idle-") as tmp, \
             running_cluster(Path(tmp), brokers=3, config=config, startup_timeout=600) as cluster:
         pids = {b: cluster.brokers[b].pid for b in cluster.brokers}
@@ -146,14 +150,19 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--logs", type=Path, help="copy the brokers' logs into this directory")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting instead of its default (repeatable)")
     args = parser.parse_args()
+    overrides = dict(item.split("=", 1) for item in args.set)
     point = measure(args.partitions, window_s=args.window_s, windows=args.windows,
-                    settle_s=args.settle_s, max_seconds=args.max_seconds, logs_dir=args.logs)
+                    settle_s=args.settle_s, max_seconds=args.max_seconds, logs_dir=args.logs,
+                    overrides=overrides)
     medians = point.median_per_broker()
     print(f"idle CPU at {args.partitions:,} partitions, median of {len(point.windows)} "
           f"windows of {args.window_s:.0f} s: "
           + " / ".join(f"{v:.2f} %" for v in medians.values())
-          + f" (load {[round(w.load_avg, 1) for w in point.windows]})")
+          + f" (load {[round(w.load_avg, 1) for w in point.windows]})"
+          + (f" with {overrides}" if overrides else ""))
     for note in point.notes:
         print(f"note: {note}")
     if args.json:

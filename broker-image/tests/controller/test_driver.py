@@ -245,6 +245,45 @@ async def test_idle_drivers_wake_only_when_a_tick_is_due() -> None:
         await net.stop()
 
 
+async def test_followers_learn_a_commit_without_a_heartbeat() -> None:
+    """With every node's clock stopped (no heartbeat, no election), a proposal still reaches
+    the followers' images: the leader tells caught-up peers of a commit as soon as its inbox
+    is empty (``commit_notices``), not at its next heartbeat. Before, the followers applied an
+    entry only when the next heartbeat carried its commit index (here: never)."""
+    net = Net(3)
+    await net.start()
+    try:
+        leader = await net.leader()
+        await net.drivers[leader].propose(_register(0))
+        for d in net.drivers.values():
+            d.node.tick = lambda now_ms: []  # type: ignore[method-assign]
+        await net.drivers[leader].propose(_topic("told"))
+        async with asyncio.timeout(10):
+            while not all("told" in d.image.topics for d in net.drivers.values()):
+                await asyncio.sleep(0.01)
+        assert not net.violations, net.violations
+    finally:
+        await net.stop()
+
+
+async def test_until_leading_returns_only_on_the_leader() -> None:
+    """``until_leading`` (what the active controller waits on instead of ticking while it
+    does not lead) returns on the leader and keeps waiting on a follower."""
+    net = Net(3)
+    await net.start()
+    try:
+        leader = await net.leader()
+        async with asyncio.timeout(10):
+            await net.drivers[leader].until_leading()
+        follower = next(i for i in net.drivers if i != leader)
+        waiting = asyncio.create_task(net.drivers[follower].until_leading())
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        waiting.cancel()
+    finally:
+        await net.stop()
+
+
 async def test_a_long_apply_keeps_leadership(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 21 item 3: 40 pipelined entries whose applying blocks 15 ms each on every node
     (1.8 s of applying in all, six election timeouts of 300 ms) commit and apply everywhere

@@ -153,6 +153,30 @@ def test_observers_never_count_for_commit_nor_vote() -> None:
     )
 
 
+def test_caught_up_peers_learn_a_commit_at_once_not_at_the_next_heartbeat() -> None:
+    """A committed entry reaches followers and observers by ``commit_notices`` (one empty
+    AppendEntries per caught-up peer), with no tick: the heartbeat interval is liveness only."""
+    net = Net([1, 2, 3], [4])
+    net.timeout(1)
+    net.flush()
+    assert net.leader() == 1
+    net.tick_all(50)  # every peer holds and applied the no-op
+    result = net.propose(1, b"x")
+    assert isinstance(result, Proposal)
+    net.flush()  # the entry out, the acknowledgements back: committed on the leader
+    assert net.nodes[1].commit_index == result.index
+    assert all(net.applied[i] == [b""] for i in (2, 3, 4))  # the others were not told yet
+    net.handle(1, net.nodes[1].commit_notices())
+    notices = [(d, m) for s, d, m in net.pending if s == 1]
+    assert sorted(d for d, _ in notices) == [2, 3, 4]
+    assert all(isinstance(m, AppendEntries) and not m.entries and m.leader_commit == result.index
+               for _, m in notices)
+    net.flush()
+    assert all(net.applied[i] == [b"", b"x"] for i in (2, 3, 4))
+    assert net.nodes[1].commit_notices() == []  # told once; nothing more until a new commit
+    assert net.nodes[2].commit_notices() == []  # only a leader tells
+
+
 def test_figure_8_old_term_entry_is_not_committed_by_counting_replicas() -> None:
     """Raft §5.4.2: a leader never commits an entry of an earlier term by counting replicas."""
     net = Net([1, 2, 3, 4, 5], pre_vote=False, check_quorum=False, max_entries_per_append=1)

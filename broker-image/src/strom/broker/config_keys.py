@@ -133,8 +133,9 @@ BROKER_KEYS: tuple[BrokerKey, ...] = (
              "broker port); empty = this broker alone is the controller."),
     BrokerKey("controller.election.timeout.ms", "int", 1000, 50, 600_000,
          "Raft election timeout of the controller quorum (each wait is drawn from [t, 2t))."),
-    BrokerKey("controller.heartbeat.interval.ms", "int", 100, 10, 60_000,
-         "Raft heartbeat interval of the controller leader."),
+    BrokerKey("controller.heartbeat.interval.ms", "int", 250, 10, 60_000,
+         "Raft heartbeat interval of the controller leader: liveness only (the leader tells "
+         "the others of a commit at once), a quarter of the election timeout as in KRaft."),
     BrokerKey("metadata.compact.every", "int", 1000, 10, 10_000_000,
          "Snapshot the metadata image every N applied metadata log entries."),
     BrokerKey("broker.heartbeat.interval.ms", "int", 500, 10, 60_000,

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="default: this node's voter port")
     parser.add_argument("--election-timeout-ms", type=int, default=1000)
-    parser.add_argument("--heartbeat-interval-ms", type=int, default=100)
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=250)
     parser.add_argument(
         "--compact-every",
         type=int,

@@ -276,7 +276,12 @@ class ActiveController:
                 log.warning("controller tick failed: %s", exc)
             except Exception as exc:
                 await failed("active-controller", exc)
-            await asyncio.sleep(self._settings.tick_ms / 1000)
+            if self._term is None:
+                # Not leading (and the last tick said so): nothing to decide until this node
+                # leads, which wakes the loop at once instead of a tick up to 100 ms later.
+                await self._driver.until_leading()
+            else:
+                await asyncio.sleep(self._settings.tick_ms / 1000)
 
     async def run_once(self) -> None:
         """One tick: catch up after an election, then every periodic decision."""

@@ -9,9 +9,10 @@ locked. Other coroutines only put items in the inbox and await futures, or read 
 Clock ticks are due-time driven: after every item the driver asks the node when its next tick has
 something to do (``RaftNode.next_tick_ms``: a heartbeat, a check-quorum, an election deadline)
 and keeps one loop timer set for it, moved earlier when an item brings the time forward, never
-more than a quarter election timeout ahead. A leader wakes ~11 times a second (heartbeats every
-100 ms), a follower 4 times, an observer never; a fixed 10 ms ticker woke 100 times a second on
-every node whatever was due (a third of an empty cluster's idle CPU).
+more than a quarter election timeout ahead. A leader wakes ~5 times a second (heartbeats every
+250 ms, check-quorum every second), a follower 4 times, an observer never; a fixed 10 ms
+ticker woke 100 times a second on every node whatever was due (a third of an empty cluster's
+idle CPU).
 
 The node's own stalls do not count on its Raft clock: a timer that fires more than a heartbeat
 interval late means the event loop could not run this node (a long callback, or many); the
@@ -198,6 +199,8 @@ class QuorumDriver:
         self._manage_observers = manage_observers
         self._apply_slice_s = apply_slice_s
         self._observers: dict[int, str] = {}
+        self._leading = asyncio.Event()
+        """Set while this node leads (from its ``BecameLeader`` to its ``BecameFollower``)."""
         self.task: asyncio.Task[None] | None = None
         """The run task; it ends with an exception if persisting failed."""
 
@@ -274,6 +277,12 @@ class QuorumDriver:
         if self._node is None:
             return "the controller is not started"
         return self._node.refusal(message)
+
+    async def until_leading(self) -> None:
+        """Return once this node leads (at once if it does): what waits for leadership needs
+        no polling timer (the active controller on a follower sleeps here, not in 100 ms
+        ticks)."""
+        await self._leading.wait()
 
     @property
     def leader_id(self) -> int | None:
@@ -355,6 +364,10 @@ class QuorumDriver:
         handled = 0  # inbox items handled since the last slice of applying
         while True:
             self._arm(node)
+            if self._inbox.empty():
+                # Caught-up peers learn of new commits now, once per burst of input, not at the
+                # next heartbeat (``RaftNode.commit_notices``).
+                await self._execute(node.commit_notices(), None)
             if self._backlog and (self._inbox.empty() or handled >= ITEMS_PER_APPLY_SLICE):
                 handled = 0
                 await self._execute(self._apply_slice(), None)
@@ -437,10 +450,12 @@ class QuorumDriver:
                 queue.extend(self._published())
             elif isinstance(action, BecameLeader):
                 self._match = {}
+                self._leading.set()
                 log.info(
                     "strom controller %d is the leader in term %d", self.config.node_id, action.term
                 )
             elif isinstance(action, BecameFollower):
+                self._leading.clear()
                 log.info(
                     "strom controller %d follows %s in term %d",
                     self.config.node_id,

@@ -222,7 +222,7 @@ class ControllerConfig:
     port: int | None = None
     """Defaults to the port of this node's entry in ``voters``."""
     election_timeout_ms: int = 1000
-    heartbeat_interval_ms: int = 100
+    heartbeat_interval_ms: int = 250
     compact_every: int = 1000
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     """The active controller's settings (used while this node leads)."""

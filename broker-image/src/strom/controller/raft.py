@@ -15,6 +15,8 @@ the next call or for ``take_actions()``, so several proposals can share one ``Pe
 - ``propose(command) -> Proposal(index, term) | NotLeader(leader_hint)``: append to the log.
 - ``compact(index, data)``: the caller's state machine snapshot as of applied ``index``.
 - ``set_observers(ids)``: the non-voting replicas (brokers) the leader replicates to.
+- ``commit_notices()``: tell caught-up peers of a commit index they have not been sent yet
+  (the owner calls it when no input waits; heartbeats then only prove liveness).
 
 Outputs (``Action``):
 
@@ -123,7 +125,11 @@ class RaftConfig:
     observers: frozenset[int] = frozenset()
     election_timeout_ms: int = 1000
     """Base election timeout; each wait is drawn from [base, 2 x base)."""
-    heartbeat_interval_ms: int = 100
+    heartbeat_interval_ms: int = 250
+    """How often a leader tells every peer it is alive (an AppendEntries, empty when the peer
+    holds the whole log). Liveness only: peers learn of a commit at once
+    (``commit_notices``). A quarter of the election timeout, as KRaft's fetch wait (500 ms)
+    to its fetch timeout (2 s)."""
     max_entries_per_append: int = 256
     pre_vote: bool = True
     check_quorum: bool = True
@@ -201,6 +207,8 @@ class _Progress:
     active: bool = False
     snapshot_until_ms: int = -1
     """While a snapshot is in flight, do not resend it before this time."""
+    commit_sent: int = 0
+    """The commit index the last AppendEntries to this peer carried (``commit_notices``)."""
 
 
 @dataclass(slots=True)
@@ -429,6 +437,24 @@ class RaftNode:
                     self._progress[added] = _Progress(next_index=self.last_index + 1)
                     self._send_append(added)
         self._observers = new
+        return self.take_actions()
+
+    def commit_notices(self) -> list[Action]:
+        """On a leader, an AppendEntries without entries to every peer that holds the whole
+        log (nothing in flight to it) but was last sent an older commit index.
+
+        Why: a follower or observer learns that an entry committed only from the next
+        AppendEntries; without this, that is the next heartbeat, so every metadata change
+        reached the other brokers up to a heartbeat interval after it committed, and the
+        heartbeat interval could not grow without slowing every change (a fencing, a new
+        leader) by as much. KRaft's leader likewise answers a follower's pending Fetch as soon
+        as its high watermark moves. The owner calls this when it has no input waiting (the
+        driver: an empty inbox), so the commits of a burst of acknowledgements share one
+        notice per peer. A peer with entries in flight is told by their next AppendEntries."""
+        if self._role is Role.LEADER:
+            for peer, pr in self._progress.items():
+                if pr.commit_sent < self._commit and pr.match_index == self.last_index:
+                    self._send_append(peer)
         return self.take_actions()
 
     def take_actions(self) -> list[Action]:
@@ -744,6 +770,7 @@ class RaftNode:
         entries = self._slice(pr.next_index, last)
         message = AppendEntries(self._id, self._term, prev, prev_term, entries, self._commit)
         self._send(peer, message)
+        pr.commit_sent = self._commit
         if entries:
             pr.next_index = entries[-1].index + 1
 

@@ -15,7 +15,10 @@ from strom.broker.config import BrokerConfig
 from strom.broker.core import BrokerCore
 from strom.testing.process import free_port
 
-INTERVAL_MS = 4000
+#: Long enough that "unfenced within half of it" leaves room for a slow start: the start took
+#: 0.4 s on a quiet machine and 1.1-1.8 s beside busy loops in half a CPU (the bound was 2 s);
+#: without the early heartbeat it is unfenced a whole interval after the start.
+INTERVAL_MS = 10_000
 
 
 async def _core(data: Path, slow_publish: bool = False) -> tuple[BrokerCore, float]:

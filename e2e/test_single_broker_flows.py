@@ -17,6 +17,7 @@ import pytest
 
 from strom.client import Admin, Consumer, Producer, RecordMetadata, TopicPartition
 from strom.testing import BrokerProcess, running_broker
+from strom.testing.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -118,23 +119,35 @@ def test_kill_9_during_produce_loses_no_acknowledged_record(broker: BrokerProces
             with lock:
                 acked[(md.partition, md.offset)] = value
 
+    errors: list[BaseException] = []
+
     def produce() -> None:
-        with Producer(broker.bootstrap, acks=1, linger_ms=2, delivery_timeout_ms=20_000,
-                      request_timeout_ms=2_000, retry_backoff_ms=50) as producer:
-            i = 0
-            deadline = time.monotonic() + 60
-            while not stop.is_set() and time.monotonic() < deadline:
-                value = b"e-%d" % i
-                producer.send("events", value, key=b"%d" % (i % 50),
-                              on_delivery=lambda md, err, v=value: on_delivery(md, err, v))
-                i += 1
-                if i % 500 == 0:
-                    time.sleep(0.001)
-            producer.flush(30)
+        try:
+            with Producer(broker.bootstrap, acks=1, linger_ms=2, delivery_timeout_ms=20_000,
+                          request_timeout_ms=2_000, retry_backoff_ms=50) as producer:
+                i = 0
+                deadline = time.monotonic() + 60
+                while not stop.is_set() and time.monotonic() < deadline:
+                    value = b"e-%d" % i
+                    producer.send("events", value, key=b"%d" % (i % 50),
+                                  on_delivery=lambda md, err, v=value: on_delivery(md, err, v))
+                    i += 1
+                    if i % 500 == 0:
+                        time.sleep(0.001)
+                producer.flush(30)
+        except BaseException as exc:  # reported by the assertion below, not lost in the thread
+            errors.append(exc)
 
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()
-    time.sleep(0.5 + rng.random() * 1.5)
+    # The kill comes at a random moment once the stream is flowing, not at a fixed delay from
+    # the thread's start: seed 1's 0.70 s was 0.15 s more than a contended first
+    # acknowledgement took (0.08-0.55 s), and a kill before it fails the test for nothing (a
+    # producer that never reached its broker also gives up on refused connections after about
+    # a second, strom.client.bootstrap, and its send raises in the thread).
+    wait_until(lambda: acked or errors or not thread.is_alive(), 60,
+               what="the first acknowledgement")
+    time.sleep(0.2 + rng.random() * 1.3)
     broker.kill()
     with lock:
         acked_at_kill = len(acked)
@@ -144,6 +157,7 @@ def test_kill_9_during_produce_loses_no_acknowledged_record(broker: BrokerProces
     stop.set()
     thread.join(90)
     assert not thread.is_alive(), "producer finished"
+    assert not errors, f"the producer thread failed: {errors[0]!r}"
     assert acked_at_kill > 0, "some records were acknowledged before the kill"
 
     records = _read_all(broker.bootstrap, "events", 2)

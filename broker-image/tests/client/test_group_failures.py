@@ -25,16 +25,25 @@ def test_poll_interval_exceeded_leaves_then_rejoins_with_partitions_lost(
     listener = Recorder()
     with _consumer(fake_cluster, max_poll_interval_ms=600) as c:
         c.subscribe(["t"], listener=listener)
-        _poll_until(c, lambda: len(c.assignment()) == 2)
-        stalled = time.monotonic()  # the application stops polling: the heartbeat task leaves
+        deadline = time.monotonic() + 15
+        while True:  # poll until both partitions are owned, then stop polling
+            # taken before the call: the consumer notes the poll inside it (or at the end of a
+            # join it runs), never earlier. A time taken after the last poll returned, as this
+            # test did, trails that note by the poll's own wait and whatever delays the test
+            # thread: a 0.2 s delay there failed 'not before max_poll_interval_ms' (0.43 s).
+            last_poll = time.monotonic()
+            c.poll(100)
+            if len(c.assignment()) == 2:
+                break
+            assert time.monotonic() < deadline, "both partitions not assigned in 15 s"
 
         def leaves() -> list[Any]:
             return [call for call in fake_cluster.calls if call[1] == "LeaveGroup"]
 
-        while not leaves():
-            assert time.monotonic() - stalled < 10, "no LeaveGroup after the poll timeout"
+        while not leaves():  # the application stopped polling: the heartbeat task leaves
+            assert time.monotonic() - last_poll < 10, "no LeaveGroup after the poll timeout"
             time.sleep(0.05)
-        assert time.monotonic() - stalled >= 0.5  # not before max_poll_interval_ms
+        assert time.monotonic() - last_poll >= 0.6  # not before max_poll_interval_ms
         assert len(leaves()) == 1
         assert fake_cluster.group_coordinator.groups["g"].members == {}
         _poll_until(c, lambda: len(listener.events) >= 3 and len(c.assignment()) == 2)

@@ -36,6 +36,7 @@ import os
 import statistics
 import tempfile
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -204,6 +205,13 @@ class KeyedRow:
     produce_broker_cpu_s: float = 0.0
     """The broker's CPU seconds during the produce: with the client's, what the produce costs
     whatever else runs on the machine (rates on a shared machine follow the load)."""
+    produce_client_caller_cpu_s: float = 0.0
+    """The part of ``produce_client_cpu_s`` spent in the thread that calls ``send``/``produce``
+    (the rest is the client's own threads: librdkafka's broker thread, Strom's sender)."""
+    produce_requests: float = 0.0
+    """Produce requests the broker served during the produce (Strom's broker, from its
+    ``/metrics``; 0 for Apache Kafka): records per request is what a keyed producer over N
+    partitions can batch, and each request costs both sides CPU (issue 21 item 1)."""
 
 
 #: The keyed rows: Strom's client on gRPC, confluent-kafka on Strom's Kafka listener, and the
@@ -226,7 +234,7 @@ def measure_keyed(counts: list[int], records: int, repeats: int = 3,
     from strom.testing import running_broker
 
     say = progress if callable(progress) else print
-    runs: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}
+    runs: dict[tuple[str, int], list[tuple[float, float, float, float, float, float]]] = {}
     clients = ["strom", "confluent-kafka"] + ([KAFKA_ROW] if kafka else [])
     if only:
         clients = [c for c in clients if c in only]
@@ -257,36 +265,42 @@ def measure_keyed(counts: list[int], records: int, repeats: int = 3,
                         create_topic(broker.bootstrap, topic, n)
                     settle(pid)  # every partition's log open (Kafka opens them after
                     # CreateTopics answers: otherwise its produce window holds the creation)
-                    own, theirs = time.process_time(), cpu_seconds(pid)
+                    served = 0.0 if client == KAFKA_ROW else produce_requests(broker.metrics_url)
+                    own, caller, theirs = time.process_time(), time.thread_time(), cpu_seconds(pid)
                     if client == "strom":
                         p = produce_keyed(broker.bootstrap, topic, records)
                     else:
                         p = produce_keyed_kafka(bootstrap, topic, records)
-                    own, theirs = time.process_time() - own, cpu_seconds(pid) - theirs
+                    own, caller, theirs = (time.process_time() - own, time.thread_time() - caller,
+                                           cpu_seconds(pid) - theirs)
+                    if client != KAFKA_ROW:
+                        served = produce_requests(broker.metrics_url) - served
                     if client == "strom":
                         c = sw.consume_all(broker.bootstrap, topic, n, records, 100)
                     else:
                         c = kw.consume_all(bootstrap, topic, n, records, 100)
                     runs.setdefault((client, n), []).append(
-                        (p.records_per_s, c.records_per_s, own, theirs))
+                        (p.records_per_s, c.records_per_s, own, theirs, caller, served))
                     say(f"keyed: {client} {n:,} partitions run {rep + 1}: produce "
-                        f"{p.records_per_s:,.0f} rec/s (CPU client {own:.2f} s, broker "
-                        f"{theirs:.2f} s), consume {c.records_per_s:,.0f} rec/s "
+                        f"{p.records_per_s:,.0f} rec/s (CPU client {own:.2f} s of which the "
+                        f"calling thread {caller:.2f} s, broker {theirs:.2f} s; "
+                        f"{served:,.0f} Produce requests), consume {c.records_per_s:,.0f} rec/s "
                         f"(load {os.getloadavg()[0]:.1f})")
-    return [KeyedRow(client, n, *(statistics.median(r[i] for r in rs) for i in range(4)))
+    return [KeyedRow(client, n, *(statistics.median(r[i] for r in rs) for i in range(6)))
             for (client, n), rs in runs.items()]
 
 
 def format_keyed(rows: list[KeyedRow]) -> str:
-    lines = ["| client | partitions | keyed produce rec/s | x first | produce CPU s client + "
-             "broker | consume rec/s | x first |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| client | partitions | keyed produce rec/s | x first | produce CPU s client "
+             "(calling thread) + broker | Produce requests | consume rec/s | x first |",
+             "|---|---|---|---|---|---|---|---|"]
     base: dict[str, KeyedRow] = {}
     for r in sorted(rows, key=lambda r: (r.client, r.partitions)):
         b = base.setdefault(r.client, r)
         lines.append(f"| {r.client} | {r.partitions:,} | {r.produce_rps:,.0f} | "
-                     f"{r.produce_rps / b.produce_rps:.2f} | {r.produce_client_cpu_s:.2f} + "
-                     f"{r.produce_broker_cpu_s:.2f} | {r.consume_rps:,.0f} | "
+                     f"{r.produce_rps / b.produce_rps:.2f} | {r.produce_client_cpu_s:.2f} "
+                     f"({r.produce_client_caller_cpu_s:.2f}) + {r.produce_broker_cpu_s:.2f} | "
+                     f"{r.produce_requests:,.0f} | {r.consume_rps:,.0f} | "
                      f"{r.consume_rps / b.consume_rps:.2f} |")
     ref = {r.partitions: r for r in rows if r.client == KAFKA_ROW}
     if ref:
@@ -299,6 +313,14 @@ def format_keyed(rows: list[KeyedRow]) -> str:
                              f"{r.produce_rps / k.produce_rps:.2f} | "
                              f"{r.consume_rps / k.consume_rps:.2f} |")
     return "\n".join(lines)
+
+
+def produce_requests(metrics_url: str) -> float:
+    """Produce requests the broker has served so far, on every listener (its ``/metrics``)."""
+    with urllib.request.urlopen(metrics_url, timeout=30) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("strom_broker_requests_total{") and 'api="Produce"' in line)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> float:

@@ -114,3 +114,32 @@ async def test_a_full_fetch_is_not_interrupted() -> None:
     finally:
         await fetcher.stop()
         await server.stop(0)
+
+
+async def test_the_retry_of_an_interrupted_request_is_not_interrupted() -> None:
+    """One interruption per answered request: a partition added while the retry is in flight
+    waits for its answer and goes in the request after it. Each interruption is a new call the
+    leader's server must accept; at 10,000 new partitions every publishing slice interrupted
+    each follower's fetch and the leaders' servers fell behind on every call (Raft included).
+    On the code before, c interrupted the retry at once."""
+    requests: _Requests = []
+    server, port = await _fake_leader(requests)
+    settings = ReplicationSettings(broker_id=1, fetch_wait_max_ms=1_500)
+    fetcher = ReplicaFetcher(0, settings, _Target(), lambda _: f"127.0.0.1:{port}")
+    try:
+        fetcher.add(("a", 0), 0)
+        fetcher.start()
+        await _wait(lambda: len(requests) >= 2, "the full fetch and a long-poll")
+        fetcher.add(("b", 0), 0)
+        await _wait(lambda: len(requests) >= 3, "the retry after the interruption")
+        retry_at, _, topics = requests[2]
+        assert topics == ["b"]
+        fetcher.add(("c", 0), 0)
+        await _wait(lambda: len(requests) >= 4, "the request after the retry")
+        fourth_at, _, topics = requests[3]
+        assert topics == ["c"]
+        assert fourth_at - retry_at >= 1.2  # the retry's long-poll ran out (1.5 s)
+        assert fetcher.failures == 0
+    finally:
+        await fetcher.stop()
+        await server.stop(0)

@@ -10,7 +10,14 @@ delay passes; an unknown leader address or a failed call backs off exponentially
 
 A partition added (or given a new epoch) while a long-poll is in flight interrupts it and the
 next request includes it at once: after a failover, partitions moving to a leader this broker
-already fetches from must not wait out ``replica.fetch.wait.max.ms``. A full fetch is never
+already fetches from must not wait out ``replica.fetch.wait.max.ms``. That retry is not
+interrupted in its turn (what is added meanwhile goes in the request after it): one
+interruption per answered request. Why: each interruption is a new call the leader's gRPC
+server must accept, and a ``grpc.aio`` server accepts one call per turn or two of its event
+loop, for every service together; while a creation of 10,000 partitions published them in
+slices, every slice interrupted each follower's fetch, the leaders' servers were sent more
+calls than their slowly turning loops accepted, and Raft and broker heartbeats waited behind
+them until they passed their deadlines (issue 21 item 3). A full fetch is never
 interrupted: the leader answers it without waiting (:mod:`strom.replication.sessions`), and an
 interrupted full fetch would be rebuilt over every
 partition again (while a creation adds partitions in slices, over and over). A response for a
@@ -109,6 +116,8 @@ class ReplicaFetcher:
         self._stopping = False
         self._last_warning = 0.0
         self.failures = 0
+        self._retrying = False
+        """The request in flight retries an interrupted one: it is not interrupted."""
 
     # -- membership (called by the manager on the event loop) -------------------------------------
 
@@ -199,7 +208,8 @@ class ReplicaFetcher:
             await self._sleep(backoff_s(self.failures, self._settings))
             return
         session = self.session
-        interruptible = not session.full
+        interruptible = not session.full and not self._retrying
+        self._retrying = False
         request = self._request()
         if not session.sent:  # no partition can be fetched (e.g. none has a position)
             session.reset()
@@ -217,6 +227,7 @@ class ReplicaFetcher:
             return
         if response is None:  # interrupted: partitions were added or changed epoch
             session.interrupted()  # the next request retries it
+            self._retrying = True
             return
         head, answers = response
         session.answered(head.session_id, head.error_code)

@@ -8,7 +8,19 @@ dropped silently: Raft already tolerates lost messages, and the next heartbeat r
 
 Calls to one peer run concurrently, so they may complete out of order (Raft tolerates reordering
 too); at most ``max_in_flight`` are outstanding per peer, and further sends are dropped, so a
-paused peer cannot pile up calls. Reply messages themselves (``VoteResponse`` and the other
+paused peer cannot pile up calls. At most ``max_heartbeats_in_flight`` heartbeats (an
+``AppendEntries`` without entries) are outstanding per peer; one sent beyond that waits in a slot
+of one (the newest replaces the older: it only proves the leader alive and carries its commit
+index) and goes when one in flight ends. Why a window: a ``grpc.aio`` server takes its next call
+from gRPC's core only after its loop ran the previous one's acceptance, and a call costs several
+loop turns at each end; while a loop turns every 100-300 ms (a broker publishing 10,000 new
+partitions) a follower accepted fewer calls a second than the leader's ten heartbeats, the
+backlog grew by ~0.65 s a second and 3 s into the creation every Raft call passed its deadline
+(the leader lost its quorum, broker heartbeats in the same backlog fenced a broker; issue 21
+item 3). A window sends at most ``max_heartbeats_in_flight`` per round trip, so a slow follower
+is sent what it can accept, and still hears its leader several times per round trip (one in
+flight alone would leave it silent for a whole round trip, longer than an election timeout
+under that load). Reply messages themselves (``VoteResponse`` and the other
 responses) travel as the return value of the peer's call, never as calls of their own; the
 transport drops any it is asked to send.
 """
@@ -49,6 +61,10 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
 
 OnReply = Callable[[Message], None]
 
+MAX_HEARTBEATS_IN_FLIGHT = 4
+"""Heartbeats outstanding per peer: with the 2 s deadline, a follower whose round trips take
+that long still hears its leader about every half second (an election timeout is 1-2 s)."""
+
 
 def request_timeout_s(election_timeout_ms: int) -> float:
     """The deadline of one Raft call: twice the election timeout (2 s at the defaults, as
@@ -84,6 +100,7 @@ class GrpcTransport:
         timeout_s: float = 1.0,
         snapshot_timeout_s: float = 10.0,
         max_in_flight: int = 32,
+        max_heartbeats_in_flight: int = MAX_HEARTBEATS_IN_FLIGHT,
         cluster_id: Callable[[], str] = lambda: "",
     ) -> None:
         self._addresses = dict(addresses)
@@ -94,6 +111,11 @@ class GrpcTransport:
         self._channels: dict[int, grpc.aio.Channel] = {}
         self._stubs: dict[int, Any] = {}
         self._in_flight: dict[int, int] = {}
+        self._max_beats = max_heartbeats_in_flight
+        self._beats: dict[int, int] = {}
+        """Peer -> heartbeats in flight to it."""
+        self._held: dict[int, tuple[AppendEntries, OnReply]] = {}
+        """Peer -> the newest heartbeat held back while its window is full."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _stub(self, to: int) -> Any:
@@ -125,6 +147,11 @@ class GrpcTransport:
             return
         if self._in_flight.get(to, 0) >= self._max_in_flight:
             return
+        if isinstance(message, AppendEntries) and not message.entries:
+            if self._beats.get(to, 0) >= self._max_beats:
+                self._held[to] = (message, on_reply)
+                return
+            self._beats[to] = self._beats.get(to, 0) + 1
         self._in_flight[to] = self._in_flight.get(to, 0) + 1
         task = asyncio.create_task(self._call(to, message, on_reply))
         self._tasks.add(task)
@@ -153,9 +180,15 @@ class GrpcTransport:
             return
         finally:
             self._in_flight[to] -= 1
+            if isinstance(message, AppendEntries) and not message.entries:
+                self._beats[to] -= 1
+                held = self._held.pop(to, None)
+                if held is not None:
+                    self.send(to, *held)
         on_reply(from_pb(reply))
 
     async def close(self) -> None:
+        self._held.clear()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

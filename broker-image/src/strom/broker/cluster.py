@@ -57,6 +57,8 @@ log = logging.getLogger("strom.broker.cluster")
 
 RAFT_DIR = "__raft"
 PROPOSE_TIMEOUT_S = 15.0
+HEARTBEATS_IN_FLIGHT = 4
+"""Heartbeats outstanding at once (``ClusterLink._heartbeats``)."""
 SOLO_ELECTION_TIMEOUT_MS = 50
 SOLO_HEARTBEAT_MS = 20
 
@@ -94,6 +96,8 @@ class ClusterLink:
         """Set once the controlled shutdown began: every heartbeat after it says so (Kafka's
         broker does the same), so a periodic one cannot ask to be unfenced again."""
         self._tasks: list[asyncio.Task[None]] = []
+        self._registering = False
+        """A heartbeat answered STALE_BROKER_EPOCH is registering this broker again."""
         raft_dir = Path(config.log_dirs[0]) / RAFT_DIR
         self.fresh = not raft_dir.exists()
         """True when this start created the metadata log (no earlier cluster state here)."""
@@ -370,34 +374,69 @@ class ClusterLink:
         if self.active is not None and self.driver.node.is_leader:
             return await self.active.heartbeat(self.broker_id, self.incarnation_id,
                                                self.broker_epoch, offset, want_shutdown)
-        self.client.prefer(self.driver.leader_id)  # our quorum member knows the leader first
+        leader = self.driver.leader_id
+        self.client.prefer(leader)  # our quorum member knows the leader first
+        # The session timeout as the deadline, in one try when our quorum member names the
+        # leader: a busy controller takes heartbeats late (2-3 s at 10,000 new partitions) and
+        # one it takes late still refreshes the session, where 1 s tries at the leader and then
+        # at another voter lost them all (issue 21 item 3). Heartbeats go in a window
+        # (``_heartbeats``), so one waiting on a controller that died holds back no other.
+        # Unknown leader: two tries, to find it.
+        timeout_s = self.config.ms("broker.session.timeout.ms")
         reply = await self.client.heartbeat(self.broker_id, self.incarnation_id,
                                             self.broker_epoch, offset, want_shutdown,
-                                            timeout_s=2.0)
+                                            timeout_s=timeout_s,
+                                            attempt_s=None if leader is None else timeout_s)
         if reply.HasField("error") and reply.error.code:
             raise StromError(error_code_from_int(reply.error.code), reply.error.message)
         return reply
 
     async def _heartbeats(self) -> None:
+        """One heartbeat every ``broker.heartbeat.interval.ms``, each its own task, up to
+        ``HEARTBEATS_IN_FLIGHT`` outstanding: the controller refreshes a session
+        when it handles a heartbeat, so heartbeats sent one after another (the next after the
+        answer) left gaps of a round trip plus an interval, and while a controller or broker
+        loop turned slowly (publishing 10,000 new partitions) round trips of 2-3 s made those
+        gaps pass the 3 s session: the broker was fenced while alive (issue 21 item 3). Sent
+        in a window, heartbeats reach a slow controller at the interval, only later."""
         interval = self.config.ms("broker.heartbeat.interval.ms")
-        while not self._stopping:
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            while not self._stopping:
+                for task in [t for t in in_flight if t.done()]:
+                    in_flight.discard(task)
+                    exc = None if task.cancelled() else task.exception()
+                    if exc is not None:  # unexpected: supervised (retried, then fatal)
+                        await failed("broker-heartbeats", exc)
+                if len(in_flight) < HEARTBEATS_IN_FLIGHT:
+                    in_flight.add(asyncio.create_task(self._heartbeat(),
+                                                      name="broker-heartbeat"))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._heartbeat_now.wait(), interval)
+                self._heartbeat_now.clear()
+        finally:
+            await cancel_and_wait(list(in_flight))
+
+    async def _heartbeat(self) -> None:
+        epoch = self.broker_epoch
+        try:
+            await self.heartbeat_once()
+        except StromError as err:
+            if err.code != ErrorCode.STALE_BROKER_EPOCH:
+                log.debug("heartbeat failed: %s", err)
+                return
+            if epoch != self.broker_epoch or self._registering:
+                return  # registered again meanwhile, or another heartbeat is doing it
+            log.warning("the controller does not know this registration any more; "
+                        "registering again")
+            self._registering = True
             try:
-                await self.heartbeat_once()
-            except StromError as err:
-                if err.code == ErrorCode.STALE_BROKER_EPOCH:
-                    log.warning("the controller does not know this registration any more; "
-                                "registering again")
-                    with contextlib.suppress(StromError):
-                        self.broker_epoch = await self.propose(self._registration())
-                        if self.on_registered is not None:
-                            self.on_registered()
-                else:
-                    log.debug("heartbeat failed: %s", err)
-            except Exception as exc:  # unexpected: supervised (retried, then fatal)
-                await failed("broker-heartbeats", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._heartbeat_now.wait(), interval)
-            self._heartbeat_now.clear()
+                with contextlib.suppress(StromError):
+                    self.broker_epoch = await self.propose(self._registration())
+                    if self.on_registered is not None:
+                        self.on_registered()
+            finally:
+                self._registering = False
 
     async def _controlled_shutdown(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -83,11 +83,13 @@ class QuorumClient:
         metadata_offset: int,
         want_shutdown: bool = False,
         timeout_s: float = 5.0,
+        attempt_s: float | None = None,
     ) -> quorum_pb2.BrokerHeartbeatResponse:
         """Send a broker heartbeat to the active controller (following leader hints); the
         answer says whether the broker is fenced and, when it wants to shut down, whether it
         may. Raises STALE_BROKER_EPOCH (register again) or, past the deadline, the last
-        retriable error; a returned response never carries an error."""
+        retriable error; a returned response never carries an error. ``attempt_s`` bounds
+        one try (half the deadline when not given)."""
         request = quorum_pb2.BrokerHeartbeatRequest(
             broker_id=broker_id,
             incarnation_id=incarnation_id,
@@ -100,7 +102,7 @@ class QuorumClient:
         )
         reply: quorum_pb2.BrokerHeartbeatResponse = await self._leader_call(
             lambda stub, left: stub.BrokerHeartbeat(request, timeout=left), timeout_s,
-            attempt_s=max(timeout_s / 2, 0.1),
+            attempt_s=max(timeout_s / 2, 0.1) if attempt_s is None else attempt_s,
         )
         return reply
 

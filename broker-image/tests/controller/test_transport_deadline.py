@@ -7,16 +7,13 @@ transport allowed, and every vote and acknowledgement was lost while it stayed b
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
-
-import grpc
 
 from strom.controller.codec import to_pb
 from strom.controller.messages import AppendEntries, AppendEntriesResponse, Message
 from strom.controller.transport import GrpcTransport, request_timeout_s
-from strom.protocol.v1 import quorum_pb2
-from strom.transport.services import add_service
+
+from .quorum_fakes import serve_appends
 
 SLOW_S = 1.3
 
@@ -24,16 +21,6 @@ SLOW_S = 1.3
 async def _slow_append(request: Any, context: Any) -> Any:
     await asyncio.sleep(SLOW_S)  # a peer whose loop is busy for 1.3 s
     return to_pb(AppendEntriesResponse(1, request.term, True, 0, request.prev_log_index))
-
-
-async def _refuse(request: Any, context: Any) -> Any:
-    await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not in this test")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _replies_within(timeout_s: float, address: str) -> list[Message]:
@@ -48,14 +35,7 @@ async def _replies_within(timeout_s: float, address: str) -> list[Message]:
 
 
 async def test_a_reply_slower_than_a_second_arrives() -> None:
-    service = quorum_pb2.DESCRIPTOR.services_by_name["Quorum"]
-    methods = {name: _refuse for name in service.methods_by_name}
-    methods["AppendEntries"] = _slow_append
-    server = grpc.aio.server()
-    add_service(server, service, methods)
-    address = f"127.0.0.1:{_free_port()}"
-    server.add_insecure_port(address)
-    await server.start()
+    server, address = await serve_appends(_slow_append)
     try:
         assert request_timeout_s(1000) == 2.0
         late = await _replies_within(request_timeout_s(1000), address)

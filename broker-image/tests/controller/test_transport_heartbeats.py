@@ -10,29 +10,16 @@ go when a call in flight ends; AppendEntries that carry entries are never held."
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
-
-import grpc
 
 from strom.controller.codec import to_pb
 from strom.controller.messages import AppendEntries, AppendEntriesResponse, LogEntry, Message
 from strom.controller.transport import GrpcTransport
-from strom.protocol.v1 import quorum_pb2
-from strom.transport.services import add_service
+
+from .quorum_fakes import serve_appends
 
 SLOW_S = 1.0
 WINDOW = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def _refuse(request: Any, context: Any) -> Any:
-    await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not in this test")
 
 
 async def _with_slow_follower(
@@ -48,14 +35,7 @@ async def _with_slow_follower(
         await asyncio.sleep(SLOW_S)  # a follower whose loop is busy
         return to_pb(AppendEntriesResponse(1, request.term, True, 0, request.prev_log_index))
 
-    service = quorum_pb2.DESCRIPTOR.services_by_name["Quorum"]
-    methods = {name: _refuse for name in service.methods_by_name}
-    methods["AppendEntries"] = slow_append
-    server = grpc.aio.server()
-    add_service(server, service, methods)
-    address = f"127.0.0.1:{_free_port()}"
-    server.add_insecure_port(address)
-    await server.start()
+    server, address = await serve_appends(slow_append)
     replies: list[Message] = []
     transport = GrpcTransport({1: address}, timeout_s=10.0, max_heartbeats_in_flight=WINDOW)
     try:

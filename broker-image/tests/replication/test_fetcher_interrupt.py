@@ -7,8 +7,9 @@ for as long as partitions kept coming)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -73,15 +74,27 @@ async def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 10.
         await asyncio.sleep(0.01)
 
 
-async def test_adding_a_partition_interrupts_the_long_poll_without_a_failure() -> None:
-    requests: _Requests = []
-    server, port = await _fake_leader(requests)
-    settings = ReplicationSettings(broker_id=1, fetch_wait_max_ms=5_000, fetch_backoff_ms=2_000,
-                                   fetch_backoff_max_ms=2_000)
+@contextlib.asynccontextmanager
+async def _fetching(requests: _Requests, settings: ReplicationSettings,
+                    full_wait_s: float | None = None) -> AsyncIterator[ReplicaFetcher]:
+    """A fetcher of partition a from a fake leader (``_fake_leader``), started; both stopped
+    after."""
+    server, port = await _fake_leader(requests, full_wait_s)
     fetcher = ReplicaFetcher(0, settings, _Target(), lambda _: f"127.0.0.1:{port}")
     try:
         fetcher.add(("a", 0), 0)
         fetcher.start()
+        yield fetcher
+    finally:
+        await fetcher.stop()
+        await server.stop(0)
+
+
+async def test_adding_a_partition_interrupts_the_long_poll_without_a_failure() -> None:
+    requests: _Requests = []
+    settings = ReplicationSettings(broker_id=1, fetch_wait_max_ms=5_000, fetch_backoff_ms=2_000,
+                                   fetch_backoff_max_ms=2_000)
+    async with _fetching(requests, settings) as fetcher:
         await _wait(lambda: len(requests) >= 2, "the full fetch and a long-poll")
         assert requests[0][1:] == (0, ["a"]) and requests[1][1] == 1, requests
         added = time.monotonic()
@@ -91,29 +104,19 @@ async def test_adding_a_partition_interrupts_the_long_poll_without_a_failure() -
         assert (epoch, topics) == (1, ["b"])  # the interrupted request retried, with b
         assert third_at - added < 1.0  # not the 5 s long-poll, not the 2 s backoff
         assert fetcher.failures == 0
-    finally:
-        await fetcher.stop()
-        await server.stop(0)
 
 
 async def test_a_full_fetch_is_not_interrupted() -> None:
     """Partitions added while a full fetch is in flight go into the next request, an
     incremental one; the full fetch is not sent again (on main it was, naming a and b)."""
     requests: _Requests = []
-    server, port = await _fake_leader(requests, full_wait_s=0.5)
     settings = ReplicationSettings(broker_id=1, fetch_wait_max_ms=5_000)
-    fetcher = ReplicaFetcher(0, settings, _Target(), lambda _: f"127.0.0.1:{port}")
-    try:
-        fetcher.add(("a", 0), 0)
-        fetcher.start()
+    async with _fetching(requests, settings, full_wait_s=0.5) as fetcher:
         await _wait(lambda: len(requests) >= 1, "the full fetch")
         fetcher.add(("b", 0), 0)
         await _wait(lambda: len(requests) >= 2, "the request after the full fetch")
         assert [r[1:] for r in requests[:2]] == [(0, ["a"]), (1, ["b"])], requests
         assert fetcher.failures == 0
-    finally:
-        await fetcher.stop()
-        await server.stop(0)
 
 
 async def test_the_retry_of_an_interrupted_request_is_not_interrupted() -> None:
@@ -123,12 +126,8 @@ async def test_the_retry_of_an_interrupted_request_is_not_interrupted() -> None:
     each follower's fetch and the leaders' servers fell behind on every call (Raft included).
     On the code before, c interrupted the retry at once."""
     requests: _Requests = []
-    server, port = await _fake_leader(requests)
     settings = ReplicationSettings(broker_id=1, fetch_wait_max_ms=1_500)
-    fetcher = ReplicaFetcher(0, settings, _Target(), lambda _: f"127.0.0.1:{port}")
-    try:
-        fetcher.add(("a", 0), 0)
-        fetcher.start()
+    async with _fetching(requests, settings) as fetcher:
         await _wait(lambda: len(requests) >= 2, "the full fetch and a long-poll")
         fetcher.add(("b", 0), 0)
         await _wait(lambda: len(requests) >= 3, "the retry after the interruption")
@@ -140,6 +139,3 @@ async def test_the_retry_of_an_interrupted_request_is_not_interrupted() -> None:
         assert topics == ["c"]
         assert fourth_at - retry_at >= 1.2  # the retry's long-poll ran out (1.5 s)
         assert fetcher.failures == 0
-    finally:
-        await fetcher.stop()
-        await server.stop(0)

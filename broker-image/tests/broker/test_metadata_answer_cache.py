@@ -12,6 +12,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from kio.schema.metadata.v12.response import MetadataResponse
+from kio.serial import entity_reader
 
 from strom.broker import metadata_rpc
 from strom.broker.core import BrokerCore
@@ -68,6 +70,10 @@ async def test_the_kafka_listener_builds_a_topic_s_partitions_once_per_offset(
     await ask(9)  # another version's types: built for it
     assert built.count("MetadataResponsePartition") == 6
     await core.topics.create_topic("u", 1)
-    answer: Any = await ask(12)
+    framed = await ask(12)
     assert built.count("MetadataResponsePartition") == 10
+    # the answer is the response frame, spliced from each topic's kept bytes (abbdcaf): read it
+    # as a client does (size, correlation id, the flexible header's empty tagged fields)
+    assert isinstance(framed, bytes)
+    answer: Any = entity_reader(MetadataResponse)(framed[4:], 5)[0]
     assert {t.name: len(t.partitions) for t in answer.topics} == {"t": 3, "u": 1}

@@ -36,11 +36,11 @@ import os
 import statistics
 import tempfile
 import time
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks import strom_workloads as sw
+from benchmarks.kafka_listener import produce_requests
 from strom.client import Admin, Producer
 
 
@@ -334,14 +334,6 @@ def format_keyed(rows: list[KeyedRow]) -> str:
                              f"{r.produce_rps / k.produce_rps:.2f} | "
                              f"{r.consume_rps / k.consume_rps:.2f} |")
     return "\n".join(lines)
-
-
-def produce_requests(metrics_url: str) -> float:
-    """Produce requests the broker has served so far, on every listener (its ``/metrics``)."""
-    with urllib.request.urlopen(metrics_url, timeout=30) as response:
-        text = response.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("strom_broker_requests_total{") and 'api="Produce"' in line)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> float:

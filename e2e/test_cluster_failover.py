@@ -313,15 +313,23 @@ def test_an_isolated_leader_loses_nothing_and_acknowledges_nothing(cluster3: Clu
         answer = _raw_produce(cluster.brokers[old].bootstrap, "iso", b"-7")
         assert answer is None or answer.error_code != 0, \
             "the isolated old leader acknowledged an acks=all write"
-        # ask the new leader: the first live broker may be the old one, resumed a moment ago
-        cluster.wait_until(
-            lambda: cluster.partition("iso", 0, via=new).leader_epoch > old_epoch, 10,
-            what=f"the new leader {new} to report an epoch above {old_epoch}")
+        _wait_epoch_above(cluster, "iso", new, old_epoch)
         cluster.wait_for_isr("iso", 0, 3, timeout=60)
         stream.wait_progress(50, 30, "after the partition healed")
     finally:
         stream.finish()
     check_the_outcome(cluster, stream, "iso", refused=(-7, "the isolated leader's write survived"))
+
+
+def _wait_epoch_above(cluster: Cluster, topic: str, leader: int, old_epoch: int) -> None:
+    """Wait until ``leader`` reports partition 0 of ``topic`` in an epoch above ``old_epoch``.
+
+    Asked of the new leader, not of the first live broker: that may be the old leader, healed
+    or resumed a moment ago and still holding the metadata it had before (stop 27's CI
+    failure)."""
+    cluster.wait_until(
+        lambda: cluster.partition(topic, 0, via=leader).leader_epoch > old_epoch, 10,
+        what=f"the new leader {leader} to report an epoch above {old_epoch}")
 
 
 def _need_namespaces() -> None:
@@ -355,11 +363,7 @@ def test_a_partitioned_leader_loses_nothing_and_writes_resume_within_8_s(
                 assert resumed < 8, f"writes resumed {resumed:.1f} s after the partition"
             finally:
                 cluster.heal(old)
-            # ask the new leader: the first live broker may be the old one, healed a moment ago
-            # and still holding the metadata it had when it was cut off (stop 27's CI failure)
-            cluster.wait_until(
-                lambda: cluster.partition("cut", 0, via=new).leader_epoch > old_epoch, 10,
-                what=f"the new leader {new} to report an epoch above {old_epoch}")
+            _wait_epoch_above(cluster, "cut", new, old_epoch)
             # the old leader learns it was replaced; it never acknowledges an acks=all write
             answer = _raw_produce(cluster.brokers[old].bootstrap, "cut", b"-7")
             assert answer is None or answer.error_code != 0, \

@@ -360,11 +360,13 @@ class ActiveController:
         lateness meanwhile (none on an idle controller; a refused port fences at once)."""
         late, self._late = self._late, 0.0
         last, self._last_tick = self._last_tick, now
+        if not last:
+            return
         stalled = now - last - self._settings.tick_ms / 1000
-        if last and late > 0 and stalled <= self._settings.session_timeout_ms / 2000:
-            for broker_id, seen in self._sessions.items():
-                self._sessions[broker_id] = min(seen + late, now)
-        if not last or stalled <= self._settings.session_timeout_ms / 2000:
+        if stalled <= self._settings.session_timeout_ms / 2000:
+            if late > 0:
+                for broker_id, seen in self._sessions.items():
+                    self._sessions[broker_id] = min(seen + late, now)
             return
         for broker_id in self._sessions:
             self._sessions[broker_id] += stalled

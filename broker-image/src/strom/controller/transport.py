@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import grpc
 
@@ -64,6 +64,11 @@ OnReply = Callable[[Message], None]
 MAX_HEARTBEATS_IN_FLIGHT = 4
 """Heartbeats outstanding per peer: with the 2 s deadline, a follower whose round trips take
 that long still hears its leader about every half second (an election timeout is 1-2 s)."""
+
+
+def _is_heartbeat(message: Message) -> TypeGuard[AppendEntries]:
+    """An AppendEntries without entries: what the heartbeat window bounds."""
+    return isinstance(message, AppendEntries) and not message.entries
 
 
 def request_timeout_s(election_timeout_ms: int) -> float:
@@ -147,7 +152,7 @@ class GrpcTransport:
             return
         if self._in_flight.get(to, 0) >= self._max_in_flight:
             return
-        if isinstance(message, AppendEntries) and not message.entries:
+        if _is_heartbeat(message):
             if self._beats.get(to, 0) >= self._max_beats:
                 self._held[to] = (message, on_reply)
                 return
@@ -180,7 +185,7 @@ class GrpcTransport:
             return
         finally:
             self._in_flight[to] -= 1
-            if isinstance(message, AppendEntries) and not message.entries:
+            if _is_heartbeat(message):
                 self._beats[to] -= 1
                 held = self._held.pop(to, None)
                 if held is not None:

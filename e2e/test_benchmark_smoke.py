@@ -191,3 +191,34 @@ def test_partition_scale_create_only_measures_both_modes(tmp_path: Path) -> None
                                                                        (100, 100)]
     assert all(p["led_s"] >= p["call_s"] > 0 and p["cpu_s"] >= 0 for p in points)
     assert "| 100 | 100 | 1 |" in proc.stdout and "x smallest N" in proc.stdout
+
+
+@pytest.mark.timeout(900)
+def test_idle_cpu_beside_kafka_measures_both_systems_and_the_null_sleepers(
+        tmp_path: Path) -> None:
+    """``idle_cpu --kafka`` at N=10 (issue 21 item 2): 3 Strom brokers and 3 Apache Kafka
+    nodes with the same topic, measured in the same window, each with CPU from stat and from
+    the threads' schedstat and wake-ups per second; the null sleepers as calibration; the
+    Strom / Kafka ratio. Shape, not speed (~1 min: two clusters' start-up)."""
+    out = tmp_path / "idle.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.idle_cpu", "--partitions", "10", "--kafka",
+         "--windows", "1", "--window-s", "2", "--settle-s", "1", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=840, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["notes"] == [] and doc["kafka_version"], doc["notes"]
+    [window] = doc["windows"]
+    assert set(window["processes"]) == {"strom-0", "strom-1", "strom-2", "kafka-0", "kafka-1",
+                                        "kafka-2", "null-10hz", "null-1hz"}
+    for name, figures in window["processes"].items():
+        assert figures["wakes_per_s"] > 0 and figures["threads"] >= 1, (name, figures)
+        assert figures["groups"], name
+    assert window["processes"]["kafka-0"]["threads"] > 20  # a JVM's threads, not one
+    summary = doc["summary"]
+    for system in ("strom (mean broker)", "kafka (mean broker)"):
+        assert summary[system]["cpu_pct"] > 0, summary
+    assert summary["strom / kafka"]["cpu_pct"] > 0
+    assert 5 <= summary["null-10hz"]["wakes_per_s"] <= 20, summary["null-10hz"]
+    assert "| strom / kafka |" in proc.stdout

@@ -26,13 +26,14 @@ measured.
 project's reference launcher (:func:`strom.testing.kafka.running_kafka`, jars from
 ``kafka-ref/pom.xml``), at Kafka's defaults (its scripts' 1 GiB heap, the launcher's internal
 topics at RF 3, no auto-created topics), the same topic (N partitions, RF 3,
-``min.insync.replicas=2``). Kafka has no metadata offset that stands still (KRaft appends a
-no-op record every 500 ms), so "settled" there is: every partition's leader and ISR unchanged
-for ``settle_s`` and each JVM under 10 % of a core over 2 s. Both clusters run at once and
-every window measures all six brokers and the null processes over the same seconds: the same
-load, the same neighbours, no alternation needed (each cluster's idle work is background to
-the other, symmetrically). The table gives each system's mean per broker and the ratio
-Strom / Kafka.
+``min.insync.replicas=2``; created in steps of 5,000 partitions, as one operation of Kafka's
+controller takes at most 10,000 metadata records). Kafka has no metadata offset that stands
+still (KRaft appends a no-op record every 500 ms, ``metadata.max.idle.interval.ms``), so
+"settled" there is: every partition's leader and ISR unchanged for ``settle_s`` and each JVM
+under 10 % of a core over 2 s. Both clusters run at once and every window measures all six
+brokers and the null processes over the same seconds: the same load, the same neighbours, no
+alternation needed (each cluster's idle work is background to the other, symmetrically). The
+table gives each system's mean per broker and the ratio Strom / Kafka.
 
 ``--partitions 0`` is the empty cluster's floor: what the Raft timer, the Raft heartbeats, the
 brokers' heartbeats to the controller, the controller's loop and the followers' long-polls cost
@@ -73,6 +74,8 @@ KAFKA_HEAP = ("-Xms1g", "-Xmx1g")
 #: A Kafka JVM counts as quiet under this % of a core over :data:`KAFKA_QUIET_S`.
 KAFKA_QUIET_PCT = 10.0
 KAFKA_QUIET_S = 2.0
+#: New partitions per Kafka request (see :func:`kafka_creation_steps`).
+KAFKA_MAX_NEW_PARTITIONS = 5_000
 
 
 @dataclass
@@ -115,6 +118,7 @@ def _median_figures(ws: list[ProcessWindow]) -> dict[str, float]:
     return {"cpu_pct": statistics.median(w.cpu_pct for w in ws),
             "thread_cpu_pct": statistics.median(w.thread_cpu_pct for w in ws),
             "wakes_per_s": statistics.median(w.wakes_per_s for w in ws),
+            "preempted_per_s": statistics.median(w.preempted_per_s for w in ws),
             "us_per_wake": statistics.median(w.us_per_wake for w in ws),
             "threads": statistics.median(w.threads for w in ws)}
 
@@ -129,7 +133,8 @@ def system_mean(processes: dict[str, ProcessWindow], system: str) -> ProcessWind
     return ProcessWindow(cpu_pct=sum(w.cpu_pct for w in mine) / n,
                          thread_cpu_pct=sum(w.thread_cpu_pct for w in mine) / n,
                          wakes_per_s=sum(w.wakes_per_s for w in mine) / n,
-                         threads=round(sum(w.threads for w in mine) / n))
+                         threads=round(sum(w.threads for w in mine) / n),
+                         preempted_per_s=sum(w.preempted_per_s for w in mine) / n)
 
 
 def summarise(windows: list[Window]) -> dict[str, dict[str, float]]:
@@ -201,6 +206,18 @@ def _kafka_state(admin: Any) -> dict[int, tuple[int, tuple[int, ...]]] | None:
     return {p.id: (p.leader, tuple(sorted(p.isrs))) for p in topic.partitions.values()}
 
 
+def kafka_creation_steps(partitions: int) -> list[int]:
+    """The topic's partition count after each Kafka request: CreateTopics with the first
+    :data:`KAFKA_MAX_NEW_PARTITIONS`, then CreatePartitions up to ``partitions`` by as many.
+    Kafka's controller refuses one operation of more than 10,000 metadata records
+    (``POLICY_VIOLATION``: "Unable to perform excessively large batch operation",
+    KAFKA-14996 / KAFKA-17870), and a topic of 10,000 partitions is 10,002 of them."""
+    steps = [min(partitions, KAFKA_MAX_NEW_PARTITIONS)]
+    while steps[-1] < partitions:
+        steps.append(min(partitions, steps[-1] + KAFKA_MAX_NEW_PARTITIONS))
+    return steps
+
+
 def kafka_full(state: dict[int, tuple[int, tuple[int, ...]]] | None, n: int) -> bool:
     """Every one of ``n`` partitions led with an ISR of 3."""
     return (state is not None and len(state) == n
@@ -211,14 +228,24 @@ def start_kafka_topic(bootstrap: str, partitions: int, max_seconds: float,
                       log: Callable[[str], object]) -> str | None:
     """Create the topic on Kafka and wait until every partition is led with a full ISR;
     a note on failure, None on success."""
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        NewPartitions,
+        NewTopic,
+    )
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if partitions:
+        steps = kafka_creation_steps(partitions)
         futures = admin.create_topics(
-            [NewTopic(TOPIC, partitions, 3, config={"min.insync.replicas": "2"})],
+            [NewTopic(TOPIC, steps[0], 3, config={"min.insync.replicas": "2"})],
             request_timeout=max_seconds, operation_timeout=max_seconds)
         futures[TOPIC].result(timeout=max_seconds)
+        for total in steps[1:]:
+            futures = admin.create_partitions([NewPartitions(TOPIC, total)],
+                                              request_timeout=max_seconds,
+                                              operation_timeout=max_seconds)
+            futures[TOPIC].result(timeout=max_seconds)
         deadline = time.monotonic() + max_seconds
         while not kafka_full(_kafka_state(admin), partitions):
             if time.monotonic() > deadline:
@@ -354,17 +381,18 @@ def one_window(pids: dict[str, int], window_s: float) -> Window:
 
 def table(point: IdlePoint) -> str:
     """The medians as a markdown table (one row per process and per system's mean broker)."""
-    lines = ["| process | CPU % (stat) | CPU % (threads) | wakes/s | us/wake | threads |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| process | CPU % (stat) | CPU % (threads) | wakes/s | of which preempted/s | "
+             "us/wake | threads |", "|---|---|---|---|---|---|---|"]
     for name, f in point.summary().items():
         if name == "strom / kafka":
             continue
         lines.append(f"| {name} | {f['cpu_pct']:.2f} | {f['thread_cpu_pct']:.2f} | "
-                     f"{f['wakes_per_s']:.0f} | {f['us_per_wake']:.0f} | {f['threads']:.0f} |")
+                     f"{f['wakes_per_s']:.0f} | {f['preempted_per_s']:.0f} | "
+                     f"{f['us_per_wake']:.0f} | {f['threads']:.0f} |")
     ratio = point.summary().get("strom / kafka")
     if ratio:
         lines.append(f"| strom / kafka | {ratio['cpu_pct']:.2f}x | "
-                     f"{ratio['thread_cpu_pct']:.2f}x | {ratio['wakes_per_s']:.2f}x | "
+                     f"{ratio['thread_cpu_pct']:.2f}x | {ratio['wakes_per_s']:.2f}x | | "
                      f"{ratio['us_per_wake']:.2f}x | |")
     return "\n".join(lines)
 

@@ -17,12 +17,16 @@ Sources, both kept because they disagree in what they see:
   in an idle process). A thread that starts inside the window counts from zero; one that ends
   inside it is missing (the stat figure still has its CPU).
 
+Each thread's ``nonvoluntary_ctxt_switches`` (``/proc/PID/task/TID/status``) says how many of
+its slices followed a preemption: on a loaded machine those are not wake-ups.
+
 Threads are grouped by name with the digits taken out (``kafka-scheduler-3`` ->
 ``kafka-scheduler-#``): a JVM has tens of threads of one kind. Names are the kernel's
 ``comm``, 15 characters at most.
 
 The parsing and the aggregation are pure (:func:`parse_schedstat`, :func:`parse_stat_ticks`,
-:func:`group_name`, :func:`window`); :func:`sample` is the only function that reads ``/proc``.
+:func:`parse_involuntary`, :func:`group_name`,
+:func:`window`); :func:`sample` is the only function that reads ``/proc``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ class ThreadSample:
     name: str
     run_ns: int
     slices: int
+    involuntary: int = 0
+    """``nonvoluntary_ctxt_switches`` of the thread's ``status``: slices that ended by
+    preemption, not by the thread going to sleep (a busy machine's share of ``slices``)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,8 @@ class ProcessWindow:
     wakes_per_s: float
     """Sum over live threads of schedstat's third field, per second."""
     threads: int
+    preempted_per_s: float = 0.0
+    """Of ``wakes_per_s``, the slices that began after a preemption rather than a sleep."""
     groups: dict[str, GroupFigures] = field(default_factory=dict)
     """Thread group (name without digits) -> its figures, busiest first."""
 
@@ -107,13 +116,14 @@ def window(before: ProcessSample, after: ProcessSample, seconds: float) -> Proce
     if seconds <= 0:
         raise ValueError(f"seconds={seconds}: a window has a positive length")
     groups: dict[str, list[float]] = {}
-    total_ns = total_slices = 0
+    total_ns = total_slices = total_preempted = 0
     for tid, now in after.threads.items():
         then = before.threads.get(tid)
         run_ns = now.run_ns - (then.run_ns if then else 0)
         slices = now.slices - (then.slices if then else 0)
         total_ns += run_ns
         total_slices += slices
+        total_preempted += now.involuntary - (then.involuntary if then else 0)
         g = groups.setdefault(group_name(now.name), [0, 0.0, 0.0])
         g[0] += 1
         g[1] += run_ns
@@ -127,7 +137,16 @@ def window(before: ProcessSample, after: ProcessSample, seconds: float) -> Proce
         thread_cpu_pct=total_ns / seconds / 1e7,
         wakes_per_s=total_slices / seconds,
         threads=len(after.threads),
+        preempted_per_s=total_preempted / seconds,
         groups=ordered)
+
+
+def parse_involuntary(status: str) -> int:
+    """``nonvoluntary_ctxt_switches`` of a ``status`` file (0 if absent)."""
+    for line in status.splitlines():
+        if line.startswith("nonvoluntary_ctxt_switches:"):
+            return int(line.split(":", 1)[1])
+    return 0
 
 
 def sample(pid: int, proc: Path = Path("/proc")) -> ProcessSample:
@@ -139,9 +158,10 @@ def sample(pid: int, proc: Path = Path("/proc")) -> ProcessSample:
         try:
             run_ns, _, slices = parse_schedstat((task / "schedstat").read_text())
             name = (task / "comm").read_text().strip()
+            involuntary = parse_involuntary((task / "status").read_text())
         except (FileNotFoundError, ProcessLookupError):
             continue
-        threads[int(task.name)] = ThreadSample(name, run_ns, slices)
+        threads[int(task.name)] = ThreadSample(name, run_ns, slices, involuntary)
     return ProcessSample(ticks, threads)
 
 

@@ -161,3 +161,23 @@ def test_kafka_is_full_when_every_partition_has_a_leader_and_three_in_isr(idle: 
     assert not idle.kafka_full({**full, 1: (-1, (0, 1, 2))}, 2)
     assert not idle.kafka_full({**full, 1: (2, (1, 2))}, 2)
     assert not idle.kafka_full(None, 0)
+
+
+def test_kafka_gets_the_topic_in_steps_its_controller_accepts(idle: ModuleType) -> None:
+    assert idle.kafka_creation_steps(10) == [10]
+    assert idle.kafka_creation_steps(5_000) == [5_000]
+    assert idle.kafka_creation_steps(10_000) == [5_000, 10_000]
+    assert idle.kafka_creation_steps(12_001) == [5_000, 10_000, 12_001]
+
+
+def test_preemptions_are_read_from_status_and_counted_apart(tc: ModuleType) -> None:
+    status = ("Name:\tpython\nvoluntary_ctxt_switches:\t120\n"
+              "nonvoluntary_ctxt_switches:\t7\n")
+    assert tc.parse_involuntary(status) == 7
+    assert tc.parse_involuntary("Name:\tpython\n") == 0
+    before = tc.ProcessSample(0, {1: tc.ThreadSample("python", 0, 100, 7)})
+    after = tc.ProcessSample(0, {1: tc.ThreadSample("python", 0, 140, 17),
+                                 2: tc.ThreadSample("new", 0, 20, 5)})
+    w = tc.window(before, after, 5.0)
+    assert w.wakes_per_s == pytest.approx(12.0)  # 60 slices
+    assert w.preempted_per_s == pytest.approx(3.0)  # 15 of them after a preemption

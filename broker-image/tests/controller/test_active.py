@@ -611,6 +611,33 @@ async def test_a_heartbeat_after_the_probe_began_cancels_its_verdict() -> None:
         await c.stop()
 
 
+async def test_a_probe_is_read_although_the_loop_wakes_late_on_every_tick() -> None:
+    """Issues 21 items 3, 7: a real loop wakes every tick's sleep a little late, and the
+    controller moves every session by that lateness (``_forgive_stall``). The probe was told
+    apart by the session's time, so each late tick dropped it and began another, none was
+    ever read, and a killed broker was fenced by its session (3.0-3.1 s at 10,000 partitions,
+    also by a controller that had just taken over). Here the background ticker runs (every
+    tick late), broker 1 heartbeats, broker 0's port refuses: fenced a little after the
+    probe is due, well before its session ends (on the code before: at its session's end)."""
+    ports = Ports()
+    c = Cluster(MemoryRaftLog(), Clock(), probe=ports, probe_after_ms=SESSION_MS // 4)
+    await c.start()
+    try:
+        await c.live(0, 1)
+        ports.refusing.add(9092)
+        start = c.clock.now
+        while not c.image.brokers[0].fenced and c.clock.now - start < 2 * SESSION_MS / 1000:
+            c.clock.now += SESSION_MS / 20_000
+            await c.heartbeat(1)
+            await asyncio.sleep(0.02)  # the ticker ticks a few times, each late
+        assert c.image.brokers[0].fenced, "broker 0 not fenced at all"
+        silent_s = c.clock.now - start
+        assert silent_s < 0.6 * SESSION_MS / 1000, f"fenced after {silent_s:.2f} s: by the session"
+        assert not c.image.brokers[1].fenced
+    finally:
+        await c.stop()
+
+
 async def test_a_new_controller_probes_every_broker_at_once() -> None:
     """The broker that died may have been the controller: its successor probes everyone as it
     takes over, rather than granting the dead a whole fresh session."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -48,6 +49,7 @@ from strom.controller.raft import (
 from strom.controller.raftlog import MemoryRaftLog
 from strom.controller.transport import OnReply
 from strom.protocol.errors import ErrorCode
+from strom.ratelimit import RateLimitedLog
 
 
 class Loopback:
@@ -412,6 +414,46 @@ async def test_a_slow_persist_is_logged(monkeypatch: pytest.MonkeyPatch,
     finally:
         await driver.stop()
     assert any("persisting the metadata log took" in r.message for r in caplog.records)
+
+
+class _HeldLoopDisk(MemoryRaftLog):
+    """A quick disk, while the event loop is held meanwhile (as by the data path)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def append(self, entries: tuple[LogEntry, ...]) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(time.sleep, 0.3)
+        super().append(entries)
+
+
+async def test_a_slow_persist_names_the_wait_for_the_loop_apart_from_the_disk(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A persist whose own write was quick but whose driver resumed late says so: at 10,000
+    partitions the time was the loop's, and the log read as a slow fsync sent the diagnosis
+    to the disk (issue 21 items 3, 7)."""
+    monkeypatch.setattr(driver_module, "SLOW_PERSIST_S", 0.1)
+    monkeypatch.setattr(driver_module, "_slow", RateLimitedLog(driver_module.log))
+    disk = _HeldLoopDisk()
+    config = RaftConfig(0, frozenset({0}), election_timeout_ms=50, heartbeat_interval_ms=10)
+    driver = QuorumDriver(config, disk, _Silent())
+    await driver.start()
+    try:
+        async with asyncio.timeout(10):
+            while not driver.node.is_leader:
+                await asyncio.sleep(0.01)
+        disk.loop = asyncio.get_running_loop()
+        with caplog.at_level(logging.WARNING, logger="strom.controller"):
+            async with asyncio.timeout(10):
+                await driver.propose(_register(0))
+    finally:
+        disk.loop = None
+        await driver.stop()
+    [line] = [r.getMessage() for r in caplog.records if "persisting the metadata" in r.message]
+    wrote, waited = (int(x) for x in re.findall(r"(\d+) ms (?:writing|waiting)", line))
+    assert wrote < 100 <= waited, line
 
 
 def test_a_follower_acknowledges_new_entries_before_applying_committed_ones() -> None:

@@ -142,6 +142,42 @@ async def test_a_topic_is_looked_up_once_for_a_pass_of_requests(core: BrokerCore
         await produce.handle_in_turn(core, [broker_pb2.ProduceRequest(acks=-1)])
 
 
+async def test_one_partition_served_now_answers_as_handle(make_core: CoreFactory,
+                                                          tmp_path: Path) -> None:
+    """``handle_one_now`` (a lone one-partition Kafka request, acks 0/1) gives each request
+    what ``handle`` gives it: the same answer, whole-request error, log contents and metrics;
+    an unknown topic (an auto-creation, which waits) is left to ``handle``, nothing done."""
+    now = await _core(make_core, tmp_path / "now")
+    alone = await _core(make_core, tmp_path / "alone")
+    requests = [r for r in _requests(_parts()) if len(r.partitions) == 1]
+    answers: list[Any] = []
+    expected: list[Any] = []
+    for request in requests:
+        try:
+            out = produce.handle_one_now(now, request)
+            if out is None:  # the caller's fallback, as the Kafka adapter does
+                assert now.metadata.topic(request.partitions[0].topic) is None
+                out = (await produce.handle(now, request)).partitions[0]
+            answers.append(_answer(out))
+        except StromError as err:
+            answers.append((err.code, err.message))
+        try:
+            expected.append(_answer((await produce.handle(alone, request)).partitions[0]))
+        except StromError as err:
+            expected.append((err.code, err.message))
+    assert answers == expected
+    assert {a[2] for a in answers if isinstance(a[0], str)} >= {0, int(ErrorCode.CORRUPT_MESSAGE)}
+    assert any(isinstance(a[0], ErrorCode) for a in answers)  # a whole-request error
+    _assert_same_logs_and_counts(now, alone)
+    for name in ("strom_broker_partition_errors_total",):
+        for code in ("CORRUPT_MESSAGE", "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_RECORD"):
+            labels = {"api": "Produce", "error": code}
+            assert now.metrics.registry.get_sample_value(name, labels) == \
+                alone.metrics.registry.get_sample_value(name, labels), (name, code)
+    with pytest.raises(ValueError, match="acks 0 or 1"):
+        produce.handle_one_now(now, broker_pb2.ProduceRequest(acks=-1))
+
+
 def _assert_same_logs_and_counts(together: BrokerCore, alone: BrokerCore) -> None:
     """Both brokers hold the same logs (end offset, high watermark, size per partition) and
     counted the same bytes and messages in per topic."""

@@ -123,45 +123,87 @@ async def _produce_in_turn(core: BrokerCore, partitions: Sequence[PartitionDataL
     ``checked`` carry what was looked up from one request to the next (:func:`handle_in_turn`:
     nothing runs between them either)."""
     add = response.partitions.add
-    append_now = core.replicas.append_now
     if records_of is None:
         records_of = {}
     if checked is None:
         checked = set()
     results: list[AppendResult | None] = []
     for data in partitions:
-        topic, partition = data.topic, data.partition
-        out = add(topic=topic, partition=partition, base_offset=-1, log_append_time_ms=-1,
-                  log_start_offset=-1)
-        record = records_of.get(topic)
-        if record is None:
-            try:
-                record = _existing(core, topic)
-            except StromError as err:
-                record = err
-            if record is None:  # an auto-creation may suspend: the general path
-                results.append(await _produce_one(core, data, acks, timeout_ms, out))
-                records_of.clear()
-                checked.clear()
-                continue
-            records_of[topic] = record
-        if isinstance(record, StromError):
-            _failed(core, data, out, record)
+        out = add(topic=data.topic, partition=data.partition, base_offset=-1,
+                  log_append_time_ms=-1, log_start_offset=-1)
+        done = _append_in_turn(core, data, records_of, checked)
+        if done is None:  # an auto-creation may suspend: the general path
+            results.append(await _produce_one(core, data, acks, timeout_ms, out))
+            records_of.clear()
+            checked.clear()
+            continue
+        result, log_start = done
+        if isinstance(result, StromError):
+            out.error_code = int(result.code)
+            out.error_message = result.message
             results.append(None)
             continue
-        try:
-            _check_partition(record, topic, partition)
-            if topic not in checked:  # its effective config, as _target (unused by acks 0/1)
-                core.topics.log_config(topic)
-                checked.add(topic)
-            result, plog = append_now(topic, partition, data.records)
-        except Exception as exc:  # as _produce_one: per partition
-            _failed(core, data, out, exc)
-            results.append(None)
-            continue
-        _set_result(out, result, plog.log_start_offset)
+        _set_result(out, result, log_start)
         results.append(result)
     return results
+
+
+def _append_in_turn(core: BrokerCore, data: PartitionDataLike,
+                    records_of: dict[str, TopicRecord | StromError], checked: set[str]
+                    ) -> tuple[AppendResult | StromError, int] | None:
+    """One partition of :func:`_produce_in_turn` (acks 0/1), appended now: (its result and the
+    log start offset, or the StromError it fails with, counted and logged as
+    :func:`_failed` does), or None when its topic is unknown (an auto-creation, which may
+    suspend: the caller serves it with :func:`_produce_one`). The one implementation of what
+    :func:`_produce_in_turn` and :func:`handle_one_now` do per partition."""
+    topic, partition = data.topic, data.partition
+    record = records_of.get(topic)
+    if record is None:
+        try:
+            record = _existing(core, topic)
+        except StromError as err:
+            record = err
+        if record is None:
+            return None
+        records_of[topic] = record
+    if isinstance(record, StromError):
+        return _failure(core, data, record), -1
+    try:
+        _check_partition(record, topic, partition)
+        if topic not in checked:  # its effective config, as _target (unused by acks 0/1)
+            core.topics.log_config(topic)
+            checked.add(topic)
+        result, plog = core.replicas.append_now(topic, partition, data.records)
+    except Exception as exc:  # as _produce_one: per partition
+        return _failure(core, data, exc), -1
+    return result, plog.log_start_offset
+
+
+def handle_one_now(core: BrokerCore, request: ProduceRequestLike) -> PartitionResult | None:
+    """:func:`handle` of an acks 0/1 request for one partition, served now (no coroutine, no
+    response message): its one partition's outcome, or None when it cannot be served without
+    waiting (its topic is unknown: an auto-creation; nothing done, serve it with
+    :func:`handle`). A StromError that fails the whole request is raised, as :func:`handle`
+    raises it.
+
+    Why: librdkafka sends one partition per Produce request, and at a thousand partitions most
+    reach the broker alone; :func:`handle`'s coroutines and protobuf response were a sizeable
+    share of the broker's CPU per such request (issue 21 item 1). Same checks, appends,
+    errors and metrics as :func:`handle` (:func:`_append_in_turn` is shared)."""
+    if request.acks == -1 or len(request.partitions) != 1:
+        raise ValueError("handle_one_now serves one partition at acks 0 or 1")
+    _check(request)
+    data = request.partitions[0]
+    done = _append_in_turn(core, data, {}, set())
+    if done is None:
+        return None
+    result, log_start = done
+    if isinstance(result, StromError):
+        return PartitionResult(data.topic, data.partition, int(result.code), result.message,
+                               -1, -1, -1)
+    _count(core.metrics, request.partitions, (result,))
+    return PartitionResult(data.topic, data.partition, 0, "", result.base_offset,
+                           result.log_append_time_ms, log_start)
 
 
 def _count(metrics: BrokerMetrics, partitions: Sequence[PartitionDataLike],
@@ -268,13 +310,6 @@ def _new_out(response: broker_pb2.ProduceResponse, data: PartitionDataLike
                                    log_append_time_ms=-1, log_start_offset=-1)
 
 
-def _fail(out: broker_pb2.PartitionProduceResponse, err: StromError,
-          metrics: BrokerMetrics) -> None:
-    out.error_code = int(err.code)
-    out.error_message = err.message
-    metrics.partition_errors.labels("Produce", err.code.name).inc()
-
-
 def _existing(core: BrokerCore, topic: str) -> TopicRecord | None:
     """The record of a topic producers may write, None if it does not exist (yet), or a
     StromError if it is one of the broker's own."""
@@ -329,16 +364,25 @@ def _failed(core: BrokerCore, data: PartitionDataLike, out: broker_pb2.Partition
     """Answer a partition's failed append: its error code, or UNKNOWN_SERVER_ERROR for a
     surprise (logged with its traceback: call it in the ``except`` block); a storage error is
     logged, rate-limited."""
+    err = _failure(core, data, exc)
+    out.error_code = int(err.code)
+    out.error_message = err.message
+
+
+def _failure(core: BrokerCore, data: PartitionDataLike, exc: Exception) -> StromError:
+    """What a partition's failed append answers (:func:`_failed`), counted and logged."""
     if isinstance(exc, StromError):
-        _fail(out, exc, core.metrics)
+        core.metrics.partition_errors.labels("Produce", exc.code.name).inc()
         if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
             _log.warning(f"storage {data.topic}", "produce to %s-%d failed: %s", data.topic,
                          data.partition, exc.message)
-        return
+        return exc
     _log.error(f"unexpected {type(exc).__name__}", "produce to %s-%d failed unexpectedly",
                data.topic, data.partition, exc_info=True)
-    _fail(out, StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
-                          f"{type(exc).__name__}: {exc}; see the broker log"), core.metrics)
+    err = StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                     f"{type(exc).__name__}: {exc}; see the broker log")
+    core.metrics.partition_errors.labels("Produce", err.code.name).inc()
+    return err
 
 
 def _set_result(out: broker_pb2.PartitionProduceResponse, result: AppendResult,

@@ -120,6 +120,8 @@ async def handle_pipelined(ctxs: Sequence[Context]) -> list[Any]:
                                            {(part.topic, part.partition): part}, None))
                 elif in_turn is not None:
                     answers.append(_answered(ctxs[k], prepared[k], in_turn[k - i]))
+                elif prepared[k].run_key is not None and prepared[k].request.acks != -1:
+                    answers.append(await _serve_one(ctxs[k], prepared[k]))
                 else:
                     answers.append(await _serve(ctxs[k], prepared[k]))
             except CloseConnection:
@@ -223,6 +225,19 @@ async def _serve(ctx: Context, prepared: _Prepared) -> Any:
     except StromError as err:
         answer = err
     return _answered(ctx, prepared, answer)
+
+
+async def _serve_one(ctx: Context, prepared: _Prepared) -> Any:
+    """:func:`_serve` of an acks 0/1 request for one known partition (``run_key`` set): served
+    now by :func:`strom.broker.produce.handle_one_now` (no coroutine or protobuf response in
+    the core), or by :func:`_serve` when that cannot serve it now (an auto-creation)."""
+    try:
+        out = produce.handle_one_now(ctx.core, prepared.request)
+    except StromError as err:
+        return _answer(ctx, prepared, {}, err)
+    if out is None:
+        return await _serve(ctx, prepared)
+    return _answer(ctx, prepared, {(out.topic, out.partition): out}, None)
 
 
 def _answered(ctx: Context, prepared: _Prepared,

@@ -27,12 +27,23 @@ identical test ids).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
 import pytest
 
 from strom.testing.process import started_processes
+
+# grpcio 1.81.1 and later (1.85.1 here) with fork support on restart their event-engine poller
+# in a forked child; when the child then closes its inherited descriptors before exec
+# (subprocess's close_fds, after a preexec_fn forced fork() instead of vfork) the poller finds
+# its epoll fd gone and aborts the child (grpc/grpc#43055, open). pyspark launches its JVM
+# gateway so, from a pytest process whose earlier tests left grpc channels: in ci11 every
+# Spark test failed with JAVA_GATEWAY_EXITED after "epoll_wait error: Bad file descriptor".
+# The test process uses no gRPC in a forked child, so fork support is off before grpc loads
+# (the plugin is imported before any test module; processes it starts inherit the setting).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 MARKER = "integration"
 GROUP_MARKER = "xdist_group"

@@ -267,6 +267,103 @@ def test_an_isolated_leader_steps_down_and_the_majority_elects_another() -> None
     assert net.nodes[1].leader_id == leaders[0]
 
 
+def _held_for_1(held: list[tuple[int, int, Message]]) -> Route:
+    """Deliver everything but what goes to node 1, which is kept in ``held`` (on its way in)."""
+
+    def route(src: int, dst: int, m: Message) -> bool:
+        if dst == 1:
+            held.append((src, dst, m))
+            return False
+        return True
+
+    return route
+
+
+def test_a_leader_that_listened_late_waits_a_window_for_what_was_on_its_way() -> None:
+    """Issue 21 items 3/7: the followers' acknowledgements stay on their way to the leader for
+    three election timeouts (its owner's loop stalled again and again, each time telling the
+    node), then arrive: the leader was never deposed and its term never moved. Without
+    ``listened_late`` its check-quorum found no acknowledgement and it stepped down."""
+    net = Net([1, 2, 3])
+    net.timeout(1)
+    net.flush()
+    net.tick_all(50)
+    term = net.nodes[1].term
+    held: list[tuple[int, int, Message]] = []
+    for _ in range(6):
+        net.tick_all(ELECTION // 2, _held_for_1(held))
+        net.nodes[1].listened_late(net.clock[1])
+    assert net.nodes[1].is_leader
+    assert held, "the followers did answer"
+    net.pending.extend(held)
+    net.flush()
+    net.tick_all(3 * ELECTION)
+    assert net.leader() == 1
+    assert {n.term for n in net.nodes.values()} == {term}
+
+
+def test_a_leader_that_stops_listening_late_and_hears_nobody_steps_down() -> None:
+    """``listened_late`` postpones check-quorum, never stops it: once the owner no longer
+    stalls, a leader that hears no majority for an election timeout steps down."""
+    net = Net([1, 2, 3])
+    net.timeout(1)
+    net.flush()
+    net.tick_all(50)
+    held: list[tuple[int, int, Message]] = []
+    net.nodes[1].listened_late(net.clock[1])
+    net.tick_all(3 * ELECTION, _held_for_1(held))
+    assert not net.nodes[1].is_leader
+    assert any(
+        isinstance(a, BecameFollower) and a.leader_id is None for i, a in net.events if i == 1
+    )
+
+
+def test_listened_late_moves_nothing_on_a_follower() -> None:
+    """A follower's clock pauses for a stall in its owner (the driver), its election deadline
+    is not moved by ``listened_late``: a follower that hears no leader still campaigns."""
+    net = Net([1, 2, 3])
+    net.timeout(1)
+    net.flush()
+    net.tick_all(50)
+    net.crash(1)
+    for _ in range(6):
+        net.tick_all(ELECTION // 2)
+        for i in (2, 3):
+            net.nodes[i].listened_late(net.clock[i])
+    assert net.leader() in (2, 3)
+
+
+def test_a_cut_off_leader_that_keeps_listening_late_commits_nothing() -> None:
+    """The cost of ``listened_late``: a leader cut off from everyone whose owner stalls every
+    half election timeout keeps claiming to lead. Raft's safety is untouched: what it appends
+    meanwhile never commits, the majority elects another leader that commits, and once the
+    old leader hears the new term it steps down and its entry is replaced."""
+    net = Net([1, 2, 3])
+    net.timeout(1)
+    net.flush()
+    net.tick_all(50)
+    old_term = net.nodes[1].term
+    assert isinstance(net.propose(1, b"before"), Proposal)
+    net.tick_all(50)
+    cut_off_1 = lambda s, d, m: 1 not in (s, d)  # noqa: E731
+    lost = net.propose(1, b"lost")
+    assert isinstance(lost, Proposal)
+    for _ in range(10):
+        net.tick_all(ELECTION // 2, cut_off_1)
+        net.nodes[1].listened_late(net.clock[1])
+    assert net.nodes[1].is_leader and net.nodes[1].term == old_term, "still claims to lead"
+    new = next(i for i in (2, 3) if net.nodes[i].is_leader)
+    assert net.nodes[new].term > old_term
+    assert isinstance(net.propose(new, b"kept"), Proposal)
+    net.tick_all(50, cut_off_1)
+    assert net.nodes[1].commit_index < lost.index
+    assert b"lost" not in net.applied[1]
+    net.tick_all(3 * ELECTION)
+    assert net.leader() == new
+    for i in (1, 2, 3):
+        assert net.applied[i] == [b"", b"before", b"", b"kept"], (i, net.applied[i])
+
+
 def test_step_down_on_higher_term() -> None:
     net = Net([1, 2, 3], pre_vote=False, check_quorum=False)
     net.timeout(1)

@@ -18,16 +18,21 @@ The node's own stalls do not count on its Raft clock: a timer that fires more th
 interval late means the event loop could not run this node (a long callback, or many); the
 lateness is taken off the clock the node is given (a first version also held the tick back a
 heartbeat interval: that delayed a loaded leader's heartbeats, and elections churned). A tick
-that finds messages already waiting in the inbox goes behind them once. A node that could
-not listen proves nothing about its peers (at 10,000 partitions the broker's loop
-runs seconds late at times, and leaders stepped down for it).
+that finds messages already waiting in the inbox goes behind them once, and a leader's
+check-quorum after a stall waits a whole election timeout (``RaftNode.listened_late``): what
+the peers sent meanwhile is still in the sockets and behind the loop's callbacks, not yet in
+the inbox. A node that could not listen proves nothing about its peers (at 10,000 partitions
+the broker's loop runs seconds late at times, and leaders stepped down for it).
 
 How actions are carried out (``_execute``), strictly in the order returned:
 
-- ``Persist``: ``raftlog.persist`` in a worker thread (it fsyncs), awaited before the next action,
-  so a vote or an acknowledgement is never sent before what it promises is on disk. A slow one
-  is logged with its time in the thread apart from the wait for the event loop (the loop, not
-  the disk, was what a slow persist waited for at 10,000 partitions).
+- ``Persist``: ``raftlog.persist`` in the driver's own thread (``raft-persist``; it fsyncs),
+  awaited before the next action, so a vote or an acknowledgement is never sent before what it
+  promises is on disk. The thread is the driver's alone: the loop's default executor also
+  formats ``/metrics`` scrapes (up to a second at 10,000 partitions) and resolves the
+  host names of new connections, and a vote must not wait in its queue behind them. A slow
+  persist is logged with its time in the thread apart from the wait for the event loop (the
+  loop, not the disk, was what a slow persist waited for at 10,000 partitions).
 - ``Send``: a reply to the request being handled resolves that request's RPC; anything else goes
   to the ``Transport`` (fire-and-forget; replies come back through the inbox).
 - ``Apply``: the committed entries join a backlog, applied to the ``MetadataImage`` in slices
@@ -57,6 +62,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from strom.controller.messages import (
@@ -117,7 +123,9 @@ _REPLY_TYPE: dict[type, type] = {
 
 @dataclass(slots=True)
 class _Tick:
-    pass
+    stalled: bool = False
+    """The timer fired more than a heartbeat interval late: the loop could not run the node
+    (``RaftNode.listened_late`` comes before the tick)."""
 
 
 @dataclass(slots=True)
@@ -177,6 +185,9 @@ class QuorumDriver:
         self.config = config
         self.image = MetadataImage()
         self._log = raft_log
+        self._disk = ThreadPoolExecutor(1, thread_name_prefix="raft-persist")
+        """The one thread that reads and writes ``raft_log`` (its own: see the module doc)."""
+        self._disk_closed = False
         self._transport = transport
         self._compact_every = compact_every
         self._rng = rng
@@ -209,7 +220,7 @@ class QuorumDriver:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        state = await asyncio.to_thread(self._log.load)
+        state = await asyncio.get_running_loop().run_in_executor(self._disk, self._log.load)
         self._hard_state = (state.term, state.voted_for)
         self._node = RaftNode(self.config, state, now_ms=_now_ms(), rng=self._rng)
         self.image = MetadataImage.from_snapshot(state.snapshot.data)
@@ -229,6 +240,10 @@ class QuorumDriver:
         await cancel_and_wait(self._tasks)
         self._tasks = []
         self._disarm()
+        if not self._disk_closed:  # a persist under way ends first (one thread, in order)
+            self._disk_closed = True
+            await asyncio.get_running_loop().run_in_executor(self._disk, _nothing)
+            self._disk.shutdown(wait=False)
         for p in self._pending.values():
             if not p.result.done():
                 p.result.set_exception(NotControllerError(None, "the controller stopped"))
@@ -347,7 +362,8 @@ class QuorumDriver:
             return
         self._tick_queued = True
         late = self._clock_ms() - due if due is not None else 0
-        if late > self.config.heartbeat_interval_ms:
+        stalled = late > self.config.heartbeat_interval_ms
+        if stalled:
             # The event loop did not get to this timer for `late` ms (a long callback, or many):
             # that time is not counted on the node's clock (it pauses). A follower that did not
             # read the heartbeats waiting for it, or a leader that did not read the
@@ -355,7 +371,7 @@ class QuorumDriver:
             # back: a leader's heartbeats must not come later than the loop makes them.
             self._forgiven_ms += late
             self.stalls_forgiven += 1
-        self._inbox.put_nowait(_Tick())
+        self._inbox.put_nowait(_Tick(stalled))
 
     def _clock_ms(self) -> int:
         """The node's clock: monotonic milliseconds less the stalls forgiven (``_due``)."""
@@ -386,6 +402,10 @@ class QuorumDriver:
                     self._inbox.put_nowait(item)
                     continue
                 self._tick_queued = self._tick_deferred = False
+                if item.stalled:
+                    # What the peers sent meanwhile is still on its way in (sockets, callbacks
+                    # behind the loop): a leader's check-quorum waits a whole window for it.
+                    node.listened_late(self._clock_ms())
                 await self._execute(node.tick(self._clock_ms()), None)
             elif isinstance(item, _Incoming):
                 self._track_match(node, item.message)
@@ -424,8 +444,8 @@ class QuorumDriver:
             action = queue.popleft()
             if isinstance(action, Persist):
                 started = time.monotonic()
-                wrote = await asyncio.to_thread(_timed_persist, self._log, action,
-                                                self._hard_state)
+                wrote = await asyncio.get_running_loop().run_in_executor(
+                    self._disk, _timed_persist, self._log, action, self._hard_state)
                 self._hard_state = (action.term, action.voted_for)
                 took = time.monotonic() - started
                 if took > SLOW_PERSIST_S:
@@ -563,6 +583,10 @@ def _timed_persist(log: RaftLog, action: Persist,
     started = time.monotonic()
     persist(log, action, last_hard_state)
     return time.monotonic() - started
+
+
+def _nothing() -> None:
+    pass
 
 
 def sends_before_applies(actions: list[Action]) -> list[Action]:

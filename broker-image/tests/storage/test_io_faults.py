@@ -6,6 +6,8 @@ exactly the acknowledged records. Faults come from the storage file-system seam.
 from __future__ import annotations
 
 import errno
+import os
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -152,3 +154,28 @@ def test_a_full_directory_is_found_at_load_though_clean_opens_write_nothing(
         assert (plog.offline is not None) == (plog.directory.parent == tmp_path / "b")
         assert len(values(plog)) == 1
     again.close()
+
+
+def test_a_slow_plan_delays_the_chosen_calls_and_fails_none(tmp_path: Path) -> None:
+    """``SLOW<ms>`` in place of the errno (the hook that makes a broker's data flushes slow in
+    process tests): a matching call takes that much longer and succeeds; a call on another
+    path is not slowed."""
+    faults = Faults.parse("SLOW150:fsync:/slow-")
+    assert faults.delay_ms == 150
+    fileops.install(faults)
+    slowed: list[float] = []
+    for name in ("slow-0", "fast-0"):
+        directory = tmp_path / name
+        directory.mkdir()
+        fd = fileops.open(directory / "f", os.O_WRONLY | os.O_CREAT)
+        try:
+            fileops.write(fd, b"x")
+            started = time.monotonic()
+            fileops.fsync(fd)
+            slowed.append(time.monotonic() - started)
+        finally:
+            os.close(fd)
+        assert faults.failed == 1, name  # the slow-0 call only
+    assert slowed[0] >= 0.15, slowed
+    with pytest.raises(ValueError, match="SLOW<ms>"):
+        Faults.parse("SLOWLY:fsync")

@@ -12,6 +12,9 @@ A broker process installs a plan from ``STROM_FAULT_FS`` at start (a test hook, 
 (``COUNT`` 0 = always). Only ``open`` sees paths; writes on a descriptor match the path it was
 opened with. With ``STROM_FAULT_FS_WHEN=<file>`` as well, the plan applies only while that file
 exists, so a test can fill the disk of a running broker at the moment it chooses.
+``SLOW<ms>`` in place of the errno makes the chosen calls that much slower instead of failing
+them (a disk busy flushing data: ``SLOW400:fsync:/t-`` holds every fsync of topic ``t``'s
+files 400 ms in the thread that makes it).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import errno as errno_mod
 import functools
 import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -48,18 +52,23 @@ class Faults:
     failed: int = 0
     when: str = ""
     """If set, the plan applies only while a file at this path exists."""
+    delay_ms: int = 0
+    """If set, a matching call sleeps this long and then runs instead of failing."""
 
     @classmethod
     def parse(cls, text: str) -> Faults:
         parts = text.split(":")
         if len(parts) < 2:
             raise ValueError(f"{ENV}={text!r}: expected ERRNO:OPS[:PATH_PART[:AFTER[:COUNT]]]")
-        code = getattr(errno_mod, parts[0], None)
+        slow = re.fullmatch(r"SLOW(\d+)", parts[0])
+        code = 0 if slow else getattr(errno_mod, parts[0], None)
         if not isinstance(code, int):
-            raise ValueError(f"{ENV}={text!r}: {parts[0]!r} is not an errno name such as ENOSPC")
+            raise ValueError(f"{ENV}={text!r}: {parts[0]!r} is neither an errno name such as "
+                             f"ENOSPC nor SLOW<ms>")
         return cls(code, frozenset(parts[1].split(",")), parts[2] if len(parts) > 2 else "",
                    int(parts[3]) if len(parts) > 3 and parts[3] else 0,
-                   int(parts[4]) if len(parts) > 4 and parts[4] else 0)
+                   int(parts[4]) if len(parts) > 4 and parts[4] else 0,
+                   delay_ms=int(slow.group(1)) if slow else 0)
 
     def check(self, op: str, path: str) -> None:
         if op not in self.ops or self.path_part not in path:
@@ -72,6 +81,9 @@ class Faults:
         if self.calls <= self.after:
             return
         self.failed += 1
+        if self.delay_ms:
+            time.sleep(self.delay_ms / 1000)
+            return
         raise OSError(self.errno, f"{os.strerror(self.errno)} (injected by {ENV})", path)
 
 

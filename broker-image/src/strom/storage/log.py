@@ -819,11 +819,18 @@ class PartitionLog:
         limit = end if max_offset is None else min(max_offset, end)
         data = b""
         if offset < limit:
-            found = self._locate(offset)
-            if found is not None and found[1].base_offset < limit:
-                seg, h = found
-                data = seg.read_at(h.position, max(max_bytes, h.size))
-                data = _whole_batches(data, h.size, limit)
+            # the batch starting at ``offset`` in one pread when the index points at it (a
+            # read from the log start), else found header by header, then read
+            seg = self._segments[max(bisect.bisect_right(self._bases, offset) - 1, 0)]
+            direct = seg.read_indexed(offset, max_bytes)
+            if direct is not None:
+                data = _whole_batches(direct[0], direct[1], limit)
+            else:
+                found = self._locate(offset)
+                if found is not None and found[1].base_offset < limit:
+                    seg, h = found
+                    data = seg.read_at(h.position, max(max_bytes, h.size))
+                    data = _whole_batches(data, h.size, limit)
         return ReadResult(data, self._log_start_offset, end, self.high_watermark)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:

@@ -42,6 +42,8 @@ CLEANED_SUFFIX = ".cleaned"
 #: Appended to the files of a segment deleted by retention until ``file.delete.delay.ms`` passed.
 DELETED_SUFFIX = ".deleted"
 _SCAN_CHUNK = 1 << 20
+_OFFSET_LEN = struct.Struct(">qi")  # a batch's baseOffset and batchLength
+_MAGIC_AT = 16  # baseOffset, batchLength, partitionLeaderEpoch, then the magic byte
 _IOV_MAX = 1024  # POSIX minimum is 16, Linux allows 1024 buffers per pwritev
 
 
@@ -332,6 +334,33 @@ class LogSegment:
                 return
             yield h
             position += h.size
+
+    def read_indexed(self, offset: int, max_bytes: int) -> tuple[bytes, int] | None:
+        """Bytes from the batch that starts at ``offset``, when the offset index says one does
+        (an entry for exactly ``offset``, or ``offset`` is the segment's base and the index
+        has no entry before it), in ONE pread: (at least that whole batch and up to
+        ``max_bytes``, the batch's size). None when the index does not say so or the bytes
+        there are not such a batch: the caller finds the batch header by header
+        (:meth:`find`). A catch-up read from the log start is this case: over 1,000
+        partitions a consumer's Fetch answer read ~177 partitions with two preads each (the
+        header, then the data), at ~25 us a pread on this VM (issue 21)."""
+        rel, position = self.index.lookup(offset - self.base_offset)
+        if self.base_offset + rel != offset:
+            return None
+        length = min(max(max_bytes, HEADER_SIZE), self.size - position)
+        if length < HEADER_SIZE:
+            return None
+        data = os.pread(self.fd, length, position)
+        if len(data) < HEADER_SIZE:
+            return None
+        base, batch_length = _OFFSET_LEN.unpack_from(data, 0)
+        size = LOG_OVERHEAD + batch_length
+        if (base != offset or data[_MAGIC_AT] != MAGIC or batch_length < HEADER_SIZE - LOG_OVERHEAD
+                or position + size > self.size):
+            return None
+        if size > len(data):  # the batch is bigger than max_bytes: return it whole (KIP-74)
+            data = self.read_at(position, size)
+        return data, size
 
     def find(self, offset: int) -> BatchHeader | None:
         """Header of the first batch whose last offset is >= ``offset``, or None."""

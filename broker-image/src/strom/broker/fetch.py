@@ -73,13 +73,15 @@ async def read(core: BrokerCore, request: broker_pb2.FetchRequest) -> list[Parti
     max_bytes = min(request.max_bytes or core.config.fetch_max_bytes, core.config.fetch_max_bytes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000.0
-    tps = [(p.topic, p.partition) for p in request.partitions]
+    tps: list[tuple[str, int]] | None = None  # only a fetch that waits registers them
     waiters = core.replicas.waiters
     while True:
         reads, total, done = read_once(core, request, max_bytes)
         remaining = deadline - loop.time()
         if done or total >= request.min_bytes or remaining <= 0 or waiters.closed:
             break
+        if tps is None:
+            tps = [(r.topic, r.partition) for r in reads]
         event = waiters.register(tps)
         try:  # asyncio.timeout, not wait_for: no task per wait (~6 us less a long poll here)
             async with asyncio.timeout(remaining):

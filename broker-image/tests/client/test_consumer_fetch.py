@@ -236,6 +236,7 @@ def test_a_seek_does_not_wait_for_the_assignments_reset(fake_cluster: FakeCluste
     try:
         with Consumer(fake_cluster.bootstrap) as c:
             c.assign(tps)
+            assert c.poll(0) == []  # positions are looked up from the first poll on
             wait_until(lambda: asked(-1), 10, what="the assignment's reset on the network")
             c.seek_to_beginning(*tps)
             assert sorted(_drain(c, 100, timeout=5)) == sorted(
@@ -273,3 +274,37 @@ def test_the_next_fetch_leaves_before_the_poll_side_hears_of_an_answer(
         assert sorted(_drain(c, 2000)) == list(range(2000))
     assert len(seen) >= 5
     assert all(seen), seen  # a partition with room in its prefetch buffer was asked for again
+
+
+def test_an_assignment_alone_looks_up_no_offsets(fake_cluster: FakeCluster) -> None:
+    """As in Kafka's consumer, assign() sends no ListOffsets: positions are looked up by the
+    next poll(), position() or seek. assign() then seek_to_beginning() asks once, for the
+    earliest offsets (issue 21: the assignment's auto_offset_reset lookup of every partition
+    often went out first, for nothing: two ListOffsets of 1,000 partitions before the first
+    Fetch)."""
+    _fill(fake_cluster, 100, partitions=4)
+    tps = [TopicPartition("t", p) for p in range(4)]
+
+    def lookups() -> list[set[int]]:
+        return [{p.timestamp for p in request.partitions}
+                for _, name, request in list(fake_cluster.calls) if name == "ListOffsets"]
+
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest") as c:
+        c.assign(tps)
+        time.sleep(0.3)  # the fetcher wakes meanwhile (metadata is due every 50 ms)
+        assert lookups() == []
+        c.seek_to_beginning(*tps)
+        assert len(_drain(c, 100)) == 100
+        assert lookups() == [{-2}]
+    fake_cluster.calls.clear()
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest") as c:
+        c.assign(tps)
+        time.sleep(0.3)
+        assert lookups() == []
+        assert len(_drain(c, 100)) == 100  # the first poll looks them up
+        assert lookups() == [{-2}]
+    fake_cluster.calls.clear()
+    with Consumer(fake_cluster.bootstrap) as c:
+        c.assign(tps)
+        assert c.position(tps[1]) == 25  # latest
+        assert lookups() == [{-1}]

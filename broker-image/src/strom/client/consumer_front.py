@@ -74,6 +74,7 @@ class ConsumerFront:
         self._manual = bool(tps)
         with self._core.subs.lock:
             self._core.subs.assign(tps)
+        self._core.resets_held = bool(tps)  # until the next poll, position or seek
         self._schedule(self._core.cancel_fetches)
 
     def assignment(self) -> set[TopicPartition]:
@@ -93,6 +94,7 @@ class ConsumerFront:
         with subs.lock:
             subs.seek_many([TopicPartition(*tp) for tp in partitions] or list(subs.states),
                            offset)
+        self._core.resets_held = False
         self._schedule(self._core.cancel_fetches)
 
     def _known_position(self, partition: TopicPartition) -> int | None:
@@ -103,6 +105,7 @@ class ConsumerFront:
             st = subs.state(partition)
             if st.position is not None:
                 return st.position
+            self._core.resets_held = False  # the caller wakes the fetcher
             if subs.errors:
                 raise subs.errors.popleft()
             if st.reset is None and not st.resetting:
@@ -204,8 +207,11 @@ class ConsumerFront:
             self._schedule(g.commit_in_background, None, None)
 
     def _poll_prelude(self) -> GroupMember | None:
-        """The start of every ``poll()``: the member is alive, owed commit callbacks run, an
-        auto-commit is started when due."""
+        """The start of every ``poll()``: positions an assign() left unresolved are looked up,
+        the member is alive, owed commit callbacks run, an auto-commit is started when due."""
+        if self._core.resets_held:  # the first poll after assign(): resolve positions
+            self._core.resets_held = False
+            self._schedule(self._core.wake)
         g = self._group
         if g is not None:
             g.polled()

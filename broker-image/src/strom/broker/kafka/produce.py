@@ -96,20 +96,26 @@ async def handle_pipelined(ctxs: Sequence[Context]) -> list[Any]:
     promise to answer as it would each alone is served request by request, as
     :func:`handle` does. Other consecutive acks=1 requests (librdkafka sends one partition per
     request, so writing many partitions it pipelines requests for different ones) are served
-    by the core one after the other in one pass (:func:`strom.broker.produce.handle_in_turn`),
-    which answers each as :func:`handle` would."""
+    by the core one after the other in one pass, which answers each as :func:`handle` would:
+    those for one partition each by :func:`strom.broker.produce.handle_each_now` (no
+    coroutine or protobuf response per request), others by
+    :func:`strom.broker.produce.handle_in_turn`."""
     prepared = [_prepare(ctx) for ctx in ctxs]
     answers: list[Any] = []
     i = 0
     while i < len(ctxs):
         j = _run_end(prepared, i)
-        together = in_turn = None
+        together = in_turn = now = None
         if j - i > 1:
             together = await produce.handle_run(ctxs[i].core,
                                                 [p.request for p in prepared[i:j]])
         else:
             j = _turn_end(prepared, i)
-            if j - i > 1:
+            if prepared[i].run_key is not None and prepared[i].request.acks == 1:
+                now = produce.handle_each_now(ctxs[i].core, [p.request for p in prepared[i:j]])
+                # none served now (an auto-creation first): the first one by _serve_one
+                j = i + len(now) if now else i + 1
+            elif j - i > 1:
                 in_turn = await produce.handle_in_turn(ctxs[i].core,
                                                        [p.request for p in prepared[i:j]])
         for k in range(i, j):
@@ -118,6 +124,12 @@ async def handle_pipelined(ctxs: Sequence[Context]) -> list[Any]:
                     part = together[k - i]
                     answers.append(_answer(ctxs[k], prepared[k],
                                            {(part.topic, part.partition): part}, None))
+                elif now:
+                    out = now[k - i]
+                    answers.append(
+                        _answer(ctxs[k], prepared[k], {}, out) if isinstance(out, StromError)
+                        else _answer(ctxs[k], prepared[k], {(out.topic, out.partition): out},
+                                     None))
                 elif in_turn is not None:
                     answers.append(_answered(ctxs[k], prepared[k], in_turn[k - i]))
                 elif prepared[k].run_key is not None and prepared[k].request.acks != -1:
@@ -178,11 +190,14 @@ def _run_end(prepared: Sequence[_Prepared], i: int) -> int:
 def _turn_end(prepared: Sequence[_Prepared], i: int) -> int:
     """The end of the requests from ``i`` on the core serves in one pass: acks=1 (acks=0 is
     left out: a failed one closes the connection before the requests behind it are served),
-    not transactional, and none that starts a run of its own partition (appended together
-    instead); ``i + 1`` when there is no such pass."""
+    not transactional, each for one partition if ``prepared[i]`` is (else none), and none
+    that starts a run of its own partition (appended together instead); ``i + 1`` when there
+    is no such pass."""
     j = i
+    one = prepared[i].run_key is not None
     while j < len(prepared) and prepared[j].request.acks == 1 \
-            and not prepared[j].transactional and (j == i or _run_end(prepared, j) == j + 1):
+            and not prepared[j].transactional and (prepared[j].run_key is not None) == one \
+            and (j == i or _run_end(prepared, j) == j + 1):
         j += 1
     return max(j, i + 1)
 

@@ -32,9 +32,11 @@ def _answer(partitions: int) -> broker_pb2.MetadataResponse:
         answer.brokers.add(broker_id=b, host=f"broker-{b}.local", port=9092 + b,
                            rack="r1" if b else "")
     orders = answer.topics.add(name="orders", topic_id=str(uuid.UUID(int=7)))
-    for p in range(partitions):  # replica lists of 1-3, some offline, varied epochs
+    for p in range(partitions):  # replica lists of 1-3, some offline, varied epochs, some
+        # without a leader (LEADER_NOT_AVAILABLE): partitions are written from templates
         replicas = [(p + i) % 3 for i in range(1 + p % 3)]
-        orders.partitions.add(partition=p, error_code=0, leader=replicas[0],
+        orders.partitions.add(partition=p, error_code=5 if p % 7 == 3 else 0,
+                              leader=replicas[0] if p % 7 != 3 else -1,
                               leader_epoch=p * 131, replicas=replicas,
                               isr=replicas[:1 + p % 2], offline_replicas=replicas[2:])
     answer.topics.add(name="__consumer_offsets", internal=True, topic_id="not-a-uuid",

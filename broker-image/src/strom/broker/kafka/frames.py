@@ -407,6 +407,33 @@ class PartTemplate:
         return small
 
 
+class StructTemplate:
+    """One struct of a response that differs only in some fixed-width integer fields (a
+    Metadata answer's partitions), encoded by kio's writer of that struct once: each further
+    struct is a copy with those integers written in place.
+
+    Why: kio's writing of a Metadata answer's 1,000 partitions cost ~6-7 ms of the broker's
+    CPU (the first answer after a topic's creation, which librdkafka waits for before it sends
+    a record). Found as :class:`ResponseTemplate` finds them (the integers where kio's
+    encoding with that one set to -1 differs); ValueError if the struct is not of that
+    shape."""
+
+    __slots__ = ("_fields", "_zero")
+
+    def __init__(self, make: Callable[[list[int]], Any], widths: Sequence[int]) -> None:
+        zero = encode_entity(make([0] * len(widths)))
+        self._fields = _integer_fields(lambda values: encode_entity(make(values)), zero,
+                                       widths, len(zero))
+        self._zero = zero
+
+    def write(self, out: bytearray, values: Sequence[int]) -> None:
+        """Append the struct of ``values`` to ``out``."""
+        at = len(out)
+        out += self._zero
+        for i, offset, field in self._fields:
+            field.pack_into(out, at + offset, values[i])
+
+
 def encode_entity(entity: Any) -> bytes:
     """kio's encoding of one struct (no frame, no header)."""
     buffer = io.BytesIO()

@@ -171,8 +171,12 @@ def test_the_kafka_listener_section_compares_both_paths_at_equal_client_cost(
                 assert len(rate["extra"]["client_cpu_us_per_record"]) == len(
                     rate["extra"]["runs"]), rate
             assert set(by_key[(kafka, workload, metric)]["ratios"]) == {grpc}
-            assert set(by_key[(kafka, workload, f"{metric} broker CPU/record")]["ratios"]) == {
-                grpc}
+            # The broker's CPU is read from /proc/PID/stat in clock ticks (10 ms): a smoke
+            # run's gRPC produce can stay under one tick on a fast host (ci12: 0 us), and a
+            # ratio to 0 is not given. Where gRPC's figure is above 0 the ratio must be there.
+            cpu_metric = f"{metric} broker CPU/record"
+            want = {grpc} if by_key[(grpc, workload, cpu_metric)]["value"] > 0 else set()
+            assert set(by_key[(kafka, workload, cpu_metric)]["ratios"]) == want
 
 
 def test_partition_scale_create_only_measures_both_modes(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from benchmarks import strom_workloads as sw
 from benchmarks.kafka_listener import produce_requests
+from benchmarks.raw_compare import cpu_seconds
 from strom.client import Admin, Producer
 
 
@@ -73,13 +74,6 @@ class ScalePoint:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def system_cpu_seconds(pid: int) -> float:

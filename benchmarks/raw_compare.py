@@ -25,6 +25,7 @@ from typing import Any
 from benchmarks import raw_grpc, raw_kafka
 from benchmarks import strom_workloads as sw
 from benchmarks.harness import Result
+from benchmarks.thread_cpu import CLK_TCK, parse_stat_ticks
 
 GRPC_RAW = "strom gRPC (raw client)"
 KAFKA_RAW = "strom Kafka listener (raw client)"
@@ -34,8 +35,7 @@ FETCH_MAX_BYTES, PARTITION_MAX_BYTES = 64 << 20, 8 << 20
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return parse_stat_ticks(Path(f"/proc/{pid}/stat").read_text()) / CLK_TCK
 
 
 def batch_records(value_size: int) -> int:

@@ -139,8 +139,7 @@ async def _produce_in_turn(core: BrokerCore, partitions: Sequence[PartitionDataL
             continue
         result, log_start = done
         if isinstance(result, StromError):
-            out.error_code = int(result.code)
-            out.error_message = result.message
+            _set_error(out, result)
             results.append(None)
             continue
         _set_result(out, result, log_start)
@@ -403,7 +402,10 @@ def _failed(core: BrokerCore, data: PartitionDataLike, out: broker_pb2.Partition
     """Answer a partition's failed append: its error code, or UNKNOWN_SERVER_ERROR for a
     surprise (logged with its traceback: call it in the ``except`` block); a storage error is
     logged, rate-limited."""
-    err = _failure(core, data, exc)
+    _set_error(out, _failure(core, data, exc))
+
+
+def _set_error(out: broker_pb2.PartitionProduceResponse, err: StromError) -> None:
     out.error_code = int(err.code)
     out.error_message = err.message
 
@@ -411,15 +413,15 @@ def _failed(core: BrokerCore, data: PartitionDataLike, out: broker_pb2.Partition
 def _failure(core: BrokerCore, data: PartitionDataLike, exc: Exception) -> StromError:
     """What a partition's failed append answers (:func:`_failed`), counted and logged."""
     if isinstance(exc, StromError):
-        core.metrics.partition_errors.labels("Produce", exc.code.name).inc()
-        if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
+        err = exc
+        if err.code == ErrorCode.KAFKA_STORAGE_ERROR:
             _log.warning(f"storage {data.topic}", "produce to %s-%d failed: %s", data.topic,
-                         data.partition, exc.message)
-        return exc
-    _log.error(f"unexpected {type(exc).__name__}", "produce to %s-%d failed unexpectedly",
-               data.topic, data.partition, exc_info=True)
-    err = StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
-                     f"{type(exc).__name__}: {exc}; see the broker log")
+                         data.partition, err.message)
+    else:
+        _log.error(f"unexpected {type(exc).__name__}", "produce to %s-%d failed unexpectedly",
+                   data.topic, data.partition, exc_info=True)
+        err = StromError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                         f"{type(exc).__name__}: {exc}; see the broker log")
     core.metrics.partition_errors.labels("Produce", err.code.name).inc()
     return err
 

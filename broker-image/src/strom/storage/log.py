@@ -797,9 +797,13 @@ class PartitionLog:
                           f"valid offsets are {self._log_start_offset}..{self.log_end_offset} "
                           f"(log start..log end)")
 
+    def _segment_index(self, offset: int) -> int:
+        """The index of the segment that holds ``offset`` (the first one if it lies before)."""
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
     def _locate(self, offset: int) -> tuple[LogSegment, BatchHeader] | None:
         """The segment and header of the first batch whose last offset is >= ``offset``."""
-        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        i = self._segment_index(offset)
         for seg in self._segments[i:]:
             h = seg.find(offset)
             if h is not None:
@@ -821,7 +825,7 @@ class PartitionLog:
         if offset < limit:
             # the batch starting at ``offset`` in one pread when the index points at it (a
             # read from the log start), else found header by header, then read
-            seg = self._segments[max(bisect.bisect_right(self._bases, offset) - 1, 0)]
+            seg = self._segments[self._segment_index(offset)]
             direct = seg.read_indexed(offset, max_bytes)
             if direct is not None:
                 data = _whole_batches(direct[0], direct[1], limit)
@@ -883,7 +887,7 @@ class PartitionLog:
             self.truncate_fully_and_start_at(offset)
             return
         self._touch()
-        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        i = self._segment_index(offset)
         for seg in self._segments[i + 1:]:
             seg.delete()
         del self._segments[i + 1:]
@@ -1119,7 +1123,7 @@ class PartitionLog:
         if state is None:
             state = ProducerStateManager(expiration, self._segments[0].base_offset)
         start = max(state.end_offset, self._segments[0].base_offset)
-        i = max(bisect.bisect_right(self._bases, start) - 1, 0)
+        i = self._segment_index(start)
         for seg in self._segments[i:]:
             if seg.next_offset <= start:
                 continue
@@ -1322,7 +1326,7 @@ class PartitionLog:
         """Best effort, in memory first: segments past ``offset`` dropped, the last one cut.
         Whatever cannot be cut now (the file system refuses even that) is cut by recovery at
         the next start, which trusts nothing past the recovery point."""
-        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        i = self._segment_index(offset)
         for seg in self._segments[i + 1:]:
             with contextlib.suppress(OSError):
                 seg.delete()

@@ -42,8 +42,6 @@ CLEANED_SUFFIX = ".cleaned"
 #: Appended to the files of a segment deleted by retention until ``file.delete.delay.ms`` passed.
 DELETED_SUFFIX = ".deleted"
 _SCAN_CHUNK = 1 << 20
-_OFFSET_LEN = struct.Struct(">qi")  # a batch's baseOffset and batchLength
-_MAGIC_AT = 16  # baseOffset, batchLength, partitionLeaderEpoch, then the magic byte
 _IOV_MAX = 1024  # POSIX minimum is 16, Linux allows 1024 buffers per pwritev
 
 
@@ -331,9 +329,11 @@ class LogSegment:
         if self.size - position < HEADER_SIZE:
             return None
         h = _header(os.pread(self.fd, HEADER_SIZE, position), 0, position)
-        if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or position + h.size > self.size:
-            return None
-        return h
+        return h if self._fits(h, position) else None
+
+    def _fits(self, h: BatchHeader, position: int) -> bool:
+        """Whether ``h``, read at ``position``, declares a batch that lies within the file."""
+        return h.batch_length >= HEADER_SIZE - LOG_OVERHEAD and position + h.size <= self.size
 
     def headers_from(self, position: int) -> Iterator[BatchHeader]:
         """Batch headers from ``position`` to the end, one small pread each."""
@@ -362,14 +362,12 @@ class LogSegment:
         data = os.pread(self.fd, length, position)
         if len(data) < HEADER_SIZE:
             return None
-        base, batch_length = _OFFSET_LEN.unpack_from(data, 0)
-        size = LOG_OVERHEAD + batch_length
-        if (base != offset or data[_MAGIC_AT] != MAGIC or batch_length < HEADER_SIZE - LOG_OVERHEAD
-                or position + size > self.size):
+        h = _header(data, 0, position)
+        if h.base_offset != offset or h.magic != MAGIC or not self._fits(h, position):
             return None
-        if size > len(data):  # the batch is bigger than max_bytes: return it whole (KIP-74)
-            data = self.read_at(position, size)
-        return data, size
+        if h.size > len(data):  # the batch is bigger than max_bytes: return it whole (KIP-74)
+            data = self.read_at(position, h.size)
+        return data, h.size
 
     def find(self, offset: int) -> BatchHeader | None:
         """Header of the first batch whose last offset is >= ``offset``, or None."""

@@ -125,11 +125,7 @@ async def handle_pipelined(ctxs: Sequence[Context]) -> list[Any]:
                     answers.append(_answer(ctxs[k], prepared[k],
                                            {(part.topic, part.partition): part}, None))
                 elif now:
-                    out = now[k - i]
-                    answers.append(
-                        _answer(ctxs[k], prepared[k], {}, out) if isinstance(out, StromError)
-                        else _answer(ctxs[k], prepared[k], {(out.topic, out.partition): out},
-                                     None))
+                    answers.append(_answer_one(ctxs[k], prepared[k], now[k - i]))
                 elif in_turn is not None:
                     answers.append(_answered(ctxs[k], prepared[k], in_turn[k - i]))
                 elif prepared[k].run_key is not None and prepared[k].request.acks != -1:
@@ -252,6 +248,15 @@ async def _serve_one(ctx: Context, prepared: _Prepared) -> Any:
         return _answer(ctx, prepared, {}, err)
     if out is None:
         return await _serve(ctx, prepared)
+    return _answer_one(ctx, prepared, out)
+
+
+def _answer_one(ctx: Context, prepared: _Prepared,
+                out: produce.PartitionResult | StromError) -> Any:
+    """:func:`_answer` to one request's outcome from the core's serving now: its partition's
+    result, or the StromError that failed the whole request."""
+    if isinstance(out, StromError):
+        return _answer(ctx, prepared, {}, out)
     return _answer(ctx, prepared, {(out.topic, out.partition): out}, None)
 
 

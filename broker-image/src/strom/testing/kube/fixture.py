@@ -177,6 +177,12 @@ class _Session:
         try:
             bin_dir = self._binaries(timings)
             paths = Paths.default()
+            # An earlier cluster left running (a run killed mid-session) has already rewritten the
+            # kernel settings; cleaning it first puts back the machine's own values, which are the
+            # ones ``down`` must leave at the end.
+            earlier = cluster.down(paths, quiet=True)
+            if earlier:
+                _say(f"cleaned an earlier cluster first: {'; '.join(earlier)}")
             self.sysctls = cluster.read_sysctls()
             t = time.monotonic()
             timings["up"] = cluster.up(bin_dir, paths)

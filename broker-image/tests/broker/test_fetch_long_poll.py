@@ -241,6 +241,20 @@ async def test_metrics_count_bytes_and_messages_out(topic_core: BrokerCore) -> N
         response.partitions[0].records)
 
 
+def _count_log_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one for each read of a partition's log."""
+    reads: list[int] = []
+    from strom.storage.log import PartitionLog
+    original = PartitionLog.read
+
+    def counted(self: PartitionLog, *args: object, **kwargs: object) -> object:
+        reads.append(1)
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PartitionLog, "read", counted)
+    return reads
+
+
 async def test_a_full_answer_reads_no_further_partition(core: BrokerCore,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Once the answer holds ``max_bytes``, the partitions after it get their offsets and no
@@ -251,15 +265,7 @@ async def test_a_full_answer_reads_no_further_partition(core: BrokerCore,
     for p in range(6):
         await _produce(core, [b"x" * 300] * (p + 1), topic="wide", partition=p)
     await core.topics.create_topic("gone", 1)
-    reads: list[int] = []
-    from strom.storage.log import PartitionLog
-    original = PartitionLog.read
-
-    def counted(self: PartitionLog, *args: object, **kwargs: object) -> object:
-        reads.append(1)
-        return original(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(PartitionLog, "read", counted)
+    reads = _count_log_reads(monkeypatch)
     request = broker_pb2.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=600, partitions=[
         broker_pb2.FetchPartition(topic="wide", partition=p, fetch_offset=offset,
                                   current_leader_epoch=-1)
@@ -275,3 +281,37 @@ async def test_a_full_answer_reads_no_further_partition(core: BrokerCore,
         "NONE", "NONE", "NONE", "OFFSET_OUT_OF_RANGE", "NONE", "NONE",
         "UNKNOWN_TOPIC_OR_PARTITION"]
     assert len(reads) == 1  # the first partition only (3 before: each with data to give)
+
+
+async def test_a_partition_cut_by_the_room_left_fills_the_answer(
+        core: BrokerCore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a partition's records are cut by the room left in the answer (less than its own
+    ``partition_max_bytes``), the answer is full: the partitions after it get offsets and no
+    records without a read. Before, each was read for the few bytes left (two preads: the
+    room, then its whole first batch) and dropped: ~2,450 such reads in a 200,000-record
+    catch-up over 1,000 partitions (issue 21). Partitions cut by their own limit do not."""
+    await core.topics.create_topic("wide", 4)
+    for p in range(4):
+        for _ in range(3):
+            await _produce(core, [b"x" * 300], topic="wide", partition=p)
+    one = len((await fetch.handle(core, _fetch(0, topic="wide", partition_max_bytes=1)))
+              .partitions[0].records)
+    reads = _count_log_reads(monkeypatch)
+
+    def request(partition_max_bytes: int) -> broker_pb2.FetchRequest:
+        return broker_pb2.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=3 * one + 100,
+                                       partitions=[broker_pb2.FetchPartition(
+                                           topic="wide", partition=p, fetch_offset=0,
+                                           partition_max_bytes=partition_max_bytes,
+                                           current_leader_epoch=-1) for p in range(4)])
+
+    # 3 batches of partition 0, then 100 bytes of room: partitions 1-3 are not read
+    response = await fetch.handle(core, request(0))
+    assert [len(list(decode_batches(p.records))) for p in response.partitions] == [3, 0, 0, 0]
+    assert [p.high_watermark for p in response.partitions] == [3, 3, 3, 3]
+    assert len(reads) == 2  # partition 0, then partition 1 cut by the room left (before: 4)
+    # cut by their own limit (one batch each), the partitions after are still read
+    reads.clear()
+    response = await fetch.handle(core, request(one + 10))
+    assert [len(list(decode_batches(p.records))) for p in response.partitions] == [1, 1, 1, 0]
+    assert len(reads) == 4

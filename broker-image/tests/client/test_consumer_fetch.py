@@ -333,3 +333,18 @@ def test_a_freed_prefetch_slot_does_not_wait_for_a_long_poll(fake_cluster: FakeC
         got = _drain(c, 3001 - 50, timeout=20)
         assert len(got) >= 3001 - 50
         assert time.monotonic() - start < 15  # before: stuck behind the 30 s long-poll
+
+
+def test_a_fetch_session_error_starts_over_at_once(fake_cluster: FakeCluster) -> None:
+    """FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH (the broker restarted or
+    evicted the session) are answered with a full fetch at once, not after a retry back-off,
+    as Kafka's consumer does."""
+    _fill(fake_cluster, 10)
+    fake_cluster.call_faults["Fetch"] = [ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                                         ErrorCode.INVALID_FETCH_SESSION_EPOCH]
+    with Consumer(fake_cluster.bootstrap, auto_offset_reset="earliest",
+                  retry_backoff_ms=60_000, retry_backoff_max_ms=60_000) as c:
+        c.assign([TP])
+        assert sorted(_drain(c, 10)) == list(range(10))  # before: none in 10 s (backed off)
+    fetches = [r for _, name, r in fake_cluster.calls if name == "Fetch"]
+    assert fetches[2].session_epoch == 0 and len(fetches[2].partitions) == 1

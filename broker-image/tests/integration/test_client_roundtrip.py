@@ -151,3 +151,59 @@ def test_async_round_trip(broker: Any) -> None:
             assert values == [b"%d" % i for i in range(500)]
 
     asyncio.run(main())
+
+
+def test_a_consumer_fetches_in_a_session(broker: Any) -> None:
+    """The consumer's Fetches run in a fetch session (KIP-227): after the first, full, one a
+    Fetch names only partitions whose offset moved and its answer carries only partitions
+    with news (issue 21: over 1,000 partitions every Fetch of a catch-up named and answered
+    all of them)."""
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("in-session", partitions=20)
+    tps = [TopicPartition("in-session", p) for p in range(20)]
+    with Producer(broker.bootstrap, linger_ms=0) as p:
+        for i in range(100):
+            p.send("in-session", b"v%d" % i, partition=i % 20)
+        p.flush(10)
+    seen: list[tuple[bool, int, int, list[int]]] = []
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=5000) as c:
+        conns = c._core.conns
+        real = conns.broker_stub
+
+        class Recording:
+            def __init__(self, stub: Any) -> None:
+                self.stub = stub
+
+            async def Fetch(self, request: Any, **kwargs: Any) -> Any:
+                response = await self.stub.Fetch(request, **kwargs)
+                seen.append((request.HasField("session_epoch"), request.session_epoch,
+                             len(request.partitions), [a.partition for a in response.partitions]))
+                return response
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.stub, name)
+
+        conns.broker_stub = lambda node: Recording(real(node))  # type: ignore[method-assign]
+        c.assign(tps)
+        got = _drain_values(c, 100)
+        assert sorted(got) == sorted(b"v%d" % i for i in range(100))
+        with Producer(broker.bootstrap, linger_ms=0) as p:
+            p.send("in-session", b"late", partition=7)
+            p.flush(10)
+        assert _drain_values(c, 1) == [b"late"]
+        with Producer(broker.bootstrap, linger_ms=0) as p:
+            p.send("in-session", b"later", partition=3)
+            p.flush(10)
+        assert _drain_values(c, 1) == [b"later"]
+    assert seen[0][:3] == (True, 0, 20)  # a full fetch opens the session
+    # every offset moved: all named; the long-poll's answer carries the one partition with news
+    assert seen[1] == (True, 1, 20, [7])
+    assert seen[2] == (True, 2, 1, [3])  # only partition 7 moved since
+
+
+def _drain_values(c: Consumer, n: int, timeout: float = 30) -> list[bytes | None]:
+    out: list[bytes | None] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out += [r.value for r in c.poll(500)]
+    return out

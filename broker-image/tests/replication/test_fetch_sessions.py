@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from strom.protocol.errors import ErrorCode
+from strom.protocol.fetch_session import FetcherSession
 from strom.protocol.records import encode_batch
 from strom.protocol.replica_fetch import Response
 from strom.protocol.v1 import replica_pb2
-from strom.replication.fetch_session import FollowerSession
 from strom.replication.manager import ReplicaManager
 from strom.replication.sessions import SessionCache, Wanted
 from strom.replication.state import PartitionView
@@ -234,7 +234,7 @@ def test_session_rules() -> None:
 
 
 def test_follower_session_names_only_changed_partitions() -> None:
-    session = FollowerSession()
+    session = FetcherSession()
     keys = {("t", p): (0, -1, 0) for p in range(5)}
     named, forgotten = session.request(keys, keys.get)
     assert len(named) == 5 and not forgotten and session.full

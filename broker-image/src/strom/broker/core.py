@@ -21,6 +21,7 @@ from strom.broker.alter_partition import AlterPartitionManager
 from strom.broker.cluster import ClusterLink
 from strom.broker.config import BrokerConfig
 from strom.broker.coordinator import GroupCoordinator, GroupSettings
+from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.metadata import ClusterMetadata
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.producer_ids import ProducerIdManager
@@ -65,6 +66,9 @@ class BrokerCore:
     metrics: BrokerMetrics
     groups: GroupCoordinator
     isr_changes: AlterPartitionManager
+    fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)
+    """Consumers' fetch sessions on the gRPC front (the Kafka listener keeps its own cache of
+    the same kind)."""
     _stopped: bool = False
     _loader: asyncio.Task[None] | None = None
     _file_creator: asyncio.Task[None] | None = None

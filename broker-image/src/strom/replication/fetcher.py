@@ -24,7 +24,7 @@ partition again (while a creation adds partitions in slices, over and over). A r
 partition whose leader epoch changed while the call was in flight is dropped; the target also
 drops one whose log end offset moved (truncated meanwhile).
 
-The fetches run in a fetch session (Kafka's KIP-227; :mod:`strom.replication.fetch_session`
+The fetches run in a fetch session (Kafka's KIP-227; :mod:`strom.protocol.fetch_session`
 here, :mod:`strom.replication.sessions` on the leader): after one full fetch, a request names
 only the partitions whose position or leader epoch changed, and the answer carries only the
 partitions with news, so a fetch costs what moved, not the partitions followed. A delayed
@@ -45,9 +45,9 @@ from typing import Protocol
 import grpc
 
 from strom.protocol.errors import StromError
+from strom.protocol.fetch_session import FetcherSession, Key
 from strom.protocol.replica_fetch import PartitionAnswer, Received
 from strom.protocol.v1 import replica_pb2
-from strom.replication.fetch_session import FollowerSession, Key
 from strom.replication.settings import ReplicationSettings
 from strom.replication.state import BrokerAddress
 from strom.supervision import failed, spawn
@@ -106,7 +106,7 @@ class ReplicaFetcher:
         self._clock = clock
         self._partitions: dict[TopicPartition, _PartitionFetch] = {}
         self._delayed: set[TopicPartition] = set()
-        self.session = FollowerSession()
+        self.session = FetcherSession()
         self._wakeup = asyncio.Event()
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

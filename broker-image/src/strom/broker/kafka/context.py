@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode as KafkaErrorCode
 from kio.serial._introspect import is_optional
 
 from strom.broker.core import BrokerCore
-from strom.broker.kafka.fetch_sessions import FetchSessionCache
+from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.kafka.frames import Request, response_module
 from strom.protocol.errors import StromError
 

@@ -16,7 +16,7 @@ segment file, then the socket). An answer with one partition and no error (a lon
 copy of a kept kio encoding with the session id and offsets written in, then the record set
 (:func:`_encoded`); every other answer is built and written by kio.
 
-Fetch sessions (KIP-227, :mod:`strom.broker.kafka.fetch_sessions`): a full fetch with epoch 0
+Fetch sessions (KIP-227, :mod:`strom.broker.fetch_sessions`): a full fetch with epoch 0
 opens a session, answered with its id; incremental fetches name only new or changed partitions
 (and ``forgotten_topics_data``) and their answers carry only partitions with records, errors or a
 changed high watermark / log start offset; an unknown session is FETCH_SESSION_ID_NOT_FOUND, a
@@ -37,8 +37,8 @@ import uuid
 from typing import Any
 
 from strom.broker import fetch
+from strom.broker.fetch_sessions import FINAL_EPOCH, Plan, Wanted
 from strom.broker.kafka.context import NO_THROTTLE, Context, code, ms, topics_by_id
-from strom.broker.kafka.fetch_sessions import FINAL_EPOCH, Plan, Wanted
 from strom.broker.kafka.frames import (
     Chunk,
     PartTemplate,
@@ -94,36 +94,19 @@ async def handle(ctx: Context) -> Any:
     if plan.error is not None:
         return ctx.build("FetchResponse", throttle_time=NO_THROTTLE,
                          error_code=code(int(plan.error)), session_id=0, responses=())
-    request = broker_pb2.FetchRequest(max_wait_ms=ms(body.max_wait), min_bytes=body.min_bytes,
-                                      max_bytes=getattr(body, "max_bytes", 0) or 0,
-                                      isolation_level=getattr(body, "isolation_level", 0))
-    for (name, partition), wanted in plan.partitions:
-        request.partitions.add(topic=name, partition=partition, fetch_offset=wanted.fetch_offset,
-                               partition_max_bytes=wanted.max_bytes,
-                               current_leader_epoch=wanted.current_leader_epoch)
-    results: dict[tuple[str, int], fetch.PartitionRead] = {}
-    whole: StromError | None = None
-    if request.partitions:
-        try:
-            results = {(r.topic, r.partition): r for r in await fetch.read(core, request)}
-        except StromError as err:
-            whole = err
-    committed = request.isolation_level == 1
+    head = broker_pb2.FetchRequest(max_wait_ms=ms(body.max_wait), min_bytes=body.min_bytes,
+                                   max_bytes=getattr(body, "max_bytes", 0) or 0,
+                                   isolation_level=getattr(body, "isolation_level", 0))
+    try:
+        answered = [((r.topic, r.partition), r.error_code, r.high_watermark, r.log_start_offset,
+                     r.records) for r in await fetch.read_planned(core, plan, head)]
+    except StromError as err:  # the whole request (a size): every partition's error
+        answered = [(tp, int(err.code), -1, -1, b"") for tp, _ in plan.partitions]
+    committed = head.isolation_level == 1
     session = plan.session
     known_ids = session.topic_ids if session is not None else topic_ids
     by_topic: dict[str, tuple[Any, list[_Part]]] = {}
-    for (name, partition), _ in plan.partitions:
-        out = results.get((name, partition))
-        if out is None or whole is not None:
-            error = int(whole.code if whole is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            hw, start, records = -1, -1, b""
-        else:
-            error, hw, start, records = (out.error_code, out.high_watermark,
-                                         out.log_start_offset, out.records)
-        news = (session.changed((name, partition), error, len(records), hw, start)
-                if session is not None else True)
-        if plan.incremental and not news:
-            continue
+    for (name, partition), error, hw, start, records in answered:
         by_topic.setdefault(name, (known_ids.get(name), []))[1].append(
             (partition, error, hw, start, records))
     for _, topic_id, partition in unknown:

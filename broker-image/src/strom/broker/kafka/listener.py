@@ -58,10 +58,10 @@ from typing import Any
 
 from strom.broker.config import BrokerConfig
 from strom.broker.core import BrokerCore
+from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.kafka import produce as kafka_produce
 from strom.broker.kafka.apis import ADVERTISED, APIS, SUPPORTED
 from strom.broker.kafka.context import Context
-from strom.broker.kafka.fetch_sessions import FetchSessionCache
 from strom.broker.kafka.frames import (
     BIG_WRITE,
     ApiVersionsFallback,

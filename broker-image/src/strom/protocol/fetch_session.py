@@ -1,10 +1,15 @@
-"""A follower's side of its fetch session with one leader (Kafka's ``FetchSessionHandler``).
+"""A fetching client's side of its fetch session with one broker (Kafka's
+``FetchSessionHandler``): a follower's with a leader (``ReplicaFetch``,
+:class:`~strom.replication.fetcher.ReplicaFetcher`) and a consumer's with a partition leader
+(``Fetch``, :class:`~strom.client.fetcher.ConsumerCore`).
 
-The follower remembers what the leader's session holds for each partition (fetch offset, epoch
-of the last fetched record, leader epoch) and, per request, names only the partitions whose
-figures differ now, and those to forget. It only re-checks partitions that may have moved
-(*touched*: answered in the last response, added, given a new epoch, delayed or undelayed), so
-building a request costs what changed, not the partitions followed.
+The client remembers what the broker's session holds for each partition (fetch offset, epoch
+of the last fetched record, leader epoch; a consumer sends -1 for both epochs) and, per
+request, names only the partitions whose figures differ now, and those to forget. It only
+re-checks partitions that may have moved (*touched*: answered in the last response, added,
+given a new epoch, delayed or undelayed), so building a request costs what changed, not the
+partitions followed (a consumer touches every partition it fetches: which ones it may fetch
+changes with its prefetch buffers, pauses, seeks and back-offs).
 
 Any doubt starts over with a full fetch (every partition, session epoch 0): the first request, a
 failed call (the leader may have restarted), a session error in the answer, or a leader that
@@ -14,7 +19,11 @@ carries the same epoch and names again what the interrupted one named or forgot,
 tells again what it answered to it (:mod:`strom.replication.sessions`), so thousands of
 partitions moving at once cost no full fetch each.
 
-Pure state, no I/O and no clock; :class:`~strom.replication.fetcher.ReplicaFetcher` drives it.
+The retry of an interrupted call is the follower's (the leader's session cache,
+:mod:`strom.replication.sessions`, answers it again); a consumer starts over instead (the
+consumer-session cache, :mod:`strom.broker.fetch_sessions`, follows Kafka's rules).
+
+Pure state, no I/O and no clock.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ _UNKNOWN: Key = (-2, -2, -2)
 """What the leader holds after a request it may or may not have applied: matches no position."""
 
 
-class FollowerSession:
+class FetcherSession:
     def __init__(self) -> None:
         self.session_id = 0
         self.epoch = 0

@@ -3,7 +3,7 @@ refusing sessions, and which partitions an incremental answer carries."""
 
 from __future__ import annotations
 
-from strom.broker.kafka.fetch_sessions import FetchSessionCache, Wanted
+from strom.broker.fetch_sessions import FetchSessionCache, Wanted
 from strom.protocol.errors import ErrorCode
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)

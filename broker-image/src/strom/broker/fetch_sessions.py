@@ -3,10 +3,14 @@ incremental fetch names only what changed and its answer carries only partitions
 
 Why it exists: Kafka's Java consumer (and Kafka Streams, Connect, Spark's Kafka source) asks for
 a session on every full fetch; without one it sends and gets back every partition every time,
-O(partitions) per poll. This module is the pure part (no I/O, no clock but the caller's
-counter): a bounded cache of sessions keyed by id, and per request a :class:`Plan` -- which
-partitions to read, at which offsets -- and, after the read, which partitions the answer
-must carry (:meth:`Session.changed`).
+O(partitions) per poll. Strom's own consumer does the same on the gRPC Fetch (issue 21: over
+1,000 partitions every Fetch of a catch-up named and answered all of them). One concept for
+both fronts: the Kafka listener keeps one cache, the gRPC front another
+(:attr:`strom.broker.core.BrokerCore.fetch_sessions`), and both serve a plan with
+:func:`strom.broker.fetch.read_planned`. This module is the pure part (no I/O, no clock but
+the caller's counter): a bounded cache of sessions keyed by id, and per request a
+:class:`Plan` -- which partitions to read, at which offsets -- and, after the read, which
+partitions the answer must carry (:meth:`Session.changed`).
 
 Kafka's rules (``FetchManager.newContext``), by the request's session id and epoch:
 
@@ -88,7 +92,8 @@ class Plan:
 
 
 class FetchSessionCache:
-    """The broker's sessions (one cache per Kafka listener); owned by the event loop."""
+    """A front's sessions (one cache per Kafka listener, one for the gRPC Fetch); owned by the
+    event loop."""
 
     def __init__(self, slots: int = DEFAULT_SLOTS, seed: int | None = None) -> None:
         self.slots = slots

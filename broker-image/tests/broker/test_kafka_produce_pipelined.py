@@ -133,3 +133,53 @@ async def test_pipelined_requests_answer_as_each_served_alone(
         labels = {"api": "Produce", "error": code}
         assert registry_a.get_sample_value("strom_broker_partition_errors_total", labels) == \
             registry_b.get_sample_value("strom_broker_partition_errors_total", labels), code
+
+
+async def test_lone_requests_served_now_answer_as_each_served_alone(
+        make_core: CoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that arrives alone and is served now (``answer_now`` with one request: what
+    the listener's ``data_received`` does for most of librdkafka's requests at 1,000
+    partitions) gets the answer, log, counters and partition errors the general path gives
+    it, for every kind of request in the mixed run; the acks=1 one-partition ones are served
+    without stepping ``handle_pipelined``'s coroutine, and their successful answers are the
+    templated bytes (issue 21 item 1)."""
+    now_core = await _core(make_core, tmp_path / "now")
+    alone = await _core(make_core, tmp_path / "alone")
+    stepped: list[int] = []
+    pipelined = kafka_produce.handle_pipelined
+
+    def spy(ctxs: Any) -> Any:
+        stepped.extend(c.request.correlation_id for c in ctxs)
+        return pipelined(ctxs)
+
+    monkeypatch.setattr(kafka_produce, "handle_pipelined", spy)
+    served_now: list[int] = []
+    for request in _requests():
+        ctx = Context(now_core, request, "PLAINTEXT", ADVERTISED)
+        got = kafka_produce.answer_now([ctx])
+        if got is None:  # waits (an auto-creation): served by the general path on both
+            got = [await kafka_produce.handle(ctx)]
+        else:
+            served_now.append(request.correlation_id)
+        expected = await kafka_produce.handle(Context(alone, request, "PLAINTEXT", ADVERTISED))
+        assert len(got) == 1
+        answer = got[0]
+        assert _fields(request, answer) == _fields(request, expected), request.correlation_id
+        body = request.body
+        lone = body.acks == 1 and len(body.topics) == 1 and len(body.topics[0][2]) == 1
+        if request.correlation_id in served_now and lone:
+            assert request.correlation_id not in stepped, request.correlation_id
+            if _fields(request, answer)[0][2] == 0:
+                assert isinstance(answer, bytes)  # the template, as the general path's
+    assert len(served_now) >= 14
+    assert set(stepped) == {r.correlation_id for r in _requests()
+                            if r.correlation_id in served_now and not (
+                                r.body.acks == 1 and len(r.body.topics) == 1
+                                and len(r.body.topics[0][2]) == 1)}
+    _assert_same_logs_and_counts(now_core, alone)
+    for code in ("CORRUPT_MESSAGE", "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_RECORD",
+                 "INVALID_TOPIC_EXCEPTION", "MESSAGE_TOO_LARGE"):
+        labels = {"api": "Produce", "error": code}
+        assert now_core.metrics.registry.get_sample_value(
+            "strom_broker_partition_errors_total", labels) == alone.metrics.registry.\
+            get_sample_value("strom_broker_partition_errors_total", labels), code

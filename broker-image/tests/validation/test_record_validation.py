@@ -155,3 +155,19 @@ def test_the_leader_stores_the_true_max_timestamp(tmp_path: Path) -> None:
     [stored] = validate_batches(log.read(0, 1 << 20).records)  # the CRC was redone
     assert stored.max_timestamp == NOW and stored.base_offset == 0
     log.close()
+
+
+@pytest.mark.parametrize("name", sorted(POISON))
+def test_views_and_bytes_get_the_same_answers(name: str) -> None:
+    """The records of a produce request arrive as a view into the request's bytes, which the
+    codec reads in place (no copy of each batch): the same answers and errors as the batch's
+    own bytes, read-only or writable."""
+    for batch in (good(4) + POISON[name](), good(3) + good(2, ts=NOW - 5)):
+        framed = b"\x00" * 9 + batch  # the records at an offset inside a larger frame
+        answers = []
+        for buf in (batch, memoryview(framed)[9:], memoryview(bytearray(framed))[9:]):
+            try:
+                answers.append(validate_records(buf, validate_batches(buf), RecordPolicy(), NOW))
+            except StromError as err:
+                answers.append((err.code, err.message))
+        assert answers[0] == answers[1] == answers[2], answers

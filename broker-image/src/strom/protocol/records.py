@@ -374,7 +374,7 @@ class RawRecord(Protocol):
     def key(self) -> bytes | None: ...
 
 
-def raw_records(batch_bytes: bytes) -> Iterator[RawRecord]:
+def raw_records(batch_bytes: bytes | memoryview) -> Iterator[RawRecord]:
     """The records of one whole batch (``batch_bytes`` is exactly one), decompressed with the
     codec its attributes name; iterating raises on bytes that are not the records the header
     declares (the codec checks lengths, counts and leftover bytes)."""

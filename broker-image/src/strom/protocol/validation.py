@@ -110,7 +110,8 @@ def _validate_batch(view: memoryview, h: BatchHeader, policy: RecordPolicy, now_
         if codec:
             batch = raw_records(_decompressed(view, h, codec, policy, where))
         else:
-            batch = raw_records(bytes(view[h.position:h.position + h.size]))
+            # read in place: the codec takes a view (no copy of the batch per append)
+            batch = raw_records(view[h.position:h.position + h.size])
         # one pass over the compiled codec's records; a plain loop with bound appends measured
         # fastest (0.23 us/record at 100 B, against 0.35 for a comprehension with a side list)
         offsets: list[int] = []

@@ -163,6 +163,10 @@ def answer_now(ctxs: Sequence[Context]) -> list[Any] | None:
             if name is not None and name not in produce.PRODUCE_FORBIDDEN \
                     and topic(name) is None:
                 return None  # auto-creation (a topic id is never auto-created)
+    if len(ctxs) == 1:  # a lone request (most at 1,000 partitions): no coroutine to step
+        lone = _answer_lone(ctxs[0])
+        if lone is not None:
+            return [lone]
     step = handle_pipelined(ctxs)
     try:
         step.send(None)
@@ -171,6 +175,18 @@ def answer_now(ctxs: Sequence[Context]) -> list[Any] | None:
         return answers
     step.close()
     raise RuntimeError("a Produce request served now suspended (answer_now's check is stale)")
+
+
+def _answer_lone(ctx: Context) -> Any:
+    """:func:`handle_pipelined`'s answer to the one request ``ctx`` when it is the case
+    :func:`strom.broker.produce.handle_each_now` serves (acks=1, one known partition, not
+    transactional: the pass :func:`handle_pipelined` makes for it, as a plain call, without
+    stepping its coroutine); None (nothing done) for any other request."""
+    prepared = _prepare(ctx)
+    if prepared.run_key is None or prepared.request.acks != 1:
+        return None
+    now = produce.handle_each_now(ctx.core, [prepared.request])
+    return _answer_one(ctx, prepared, now[0]) if now else None
 
 
 def _run_end(prepared: Sequence[_Prepared], i: int) -> int:
@@ -257,6 +273,11 @@ def _answer_one(ctx: Context, prepared: _Prepared,
     result, or the StromError that failed the whole request."""
     if isinstance(out, StromError):
         return _answer(ctx, prepared, {}, out)
+    if not out.error_code and not out.error_message and prepared.request.acks \
+            and prepared.slots[0].error is None:  # success: the templated answer at once
+        encoded = _encoded(ctx, prepared.slots, out)
+        if encoded is not None:
+            return encoded
     return _answer(ctx, prepared, {(out.topic, out.partition): out}, None)
 
 

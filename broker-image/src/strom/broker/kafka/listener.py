@@ -268,7 +268,8 @@ class KafkaListener:
             if not 2 <= size <= min(len(buf) - 4, self.max_request_bytes) \
                     or _KEY.unpack_from(buf, 4)[0] != kafka_produce.KEY:
                 break  # not read whole, out of bounds, or not a Produce request
-            parsed = parse_request(bytes(buf[4:4 + size]), SUPPORTED)
+            with memoryview(buf) as view:  # one copy of the frame (a bytearray slice is one)
+                parsed = parse_request(bytes(view[4:4 + size]), SUPPORTED)
             if not isinstance(parsed, Request):
                 break
             del buf[:4 + size]

@@ -201,6 +201,36 @@ def test_a_consumer_fetches_in_a_session(broker: Any) -> None:
     assert seen[2] == (True, 2, 1, [3])  # only partition 7 moved since
 
 
+def test_closing_a_consumer_ends_its_fetch_sessions(broker: Any) -> None:
+    """On close the consumer tells the broker its fetch session ends (Kafka's consumer does):
+    a later incremental Fetch in it is FETCH_SESSION_ID_NOT_FOUND. Before, the session kept
+    every partition's position on the broker until the cache evicted it."""
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("closed-session", partitions=3)
+    with Producer(broker.bootstrap, linger_ms=0) as p:
+        for i in range(30):
+            p.send("closed-session", b"v%d" % i, partition=i % 3)
+        p.flush(10)
+    c = Consumer(broker.bootstrap, auto_offset_reset="earliest")
+    c.assign([TopicPartition("closed-session", p) for p in range(3)])
+    assert len(_drain_values(c, 30)) == 30
+    [session] = c._core._sessions.values()
+    assert session.session_id != 0
+    c.close()
+    import grpc
+
+    from strom.protocol.v1 import broker_pb2
+    from strom.transport.status import from_rpc_error
+    from strom.transport.v1 import broker_pb2_grpc
+
+    with grpc.insecure_channel(broker.bootstrap) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)  # type: ignore[no-untyped-call]
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Fetch(broker_pb2.FetchRequest(session_id=session.session_id,
+                                               session_epoch=max(session.epoch, 1)), timeout=10)
+    assert from_rpc_error(info.value).code is ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
 def _drain_values(c: Consumer, n: int, timeout: float = 30) -> list[bytes | None]:
     out: list[bytes | None] = []
     deadline = time.monotonic() + timeout

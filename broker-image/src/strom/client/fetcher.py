@@ -7,7 +7,7 @@ Each broker's Fetches run in a fetch session (KIP-227, :mod:`strom.protocol.fetc
 Kafka's consumer): after one full fetch a Fetch names only the partitions whose offset moved and
 those no longer fetched (forgotten), and the answer carries only partitions with news; a failed
 or cancelled call, or a session error (the broker restarted or evicted the session), starts over
-with a full fetch, at once for a session error.
+with a full fetch, at once for a session error; ``close`` ends the sessions.
 Errors per partition are handled as Kafka's fetcher does: NOT_LEADER_OR_FOLLOWER and other
 retriable codes refresh metadata and back off; OFFSET_OUT_OF_RANGE resets by
 ``auto_offset_reset``; anything else is raised from the next ``poll()``. A corrupt batch (CRC
@@ -114,7 +114,24 @@ class ConsumerCore:
         for t in [self._task, self._refresher.task, *self._fetches.values(), *self._resets]:
             if t is not None:
                 t.cancel()
+        await self._close_sessions()
         await self.conns.close()
+
+    async def _close_sessions(self) -> None:
+        """Tell each broker holding one of this consumer's fetch sessions that it ends (a
+        Fetch with its id, epoch -1 and no partitions), as Kafka's consumer does on close:
+        else the session keeps every partition's position on the broker until the cache's
+        least-recently-used eviction (1,000 sessions). Best effort, at most a second."""
+        calls = []
+        for node, session in self._sessions.items():
+            if session.session_id:
+                request = broker_pb2.FetchRequest(session_id=session.session_id,
+                                                  session_epoch=-1, replica_id=-1)
+                with contextlib.suppress(StromError):
+                    calls.append(self.conns.broker_stub(node).Fetch(request, timeout=1.0))
+        self._sessions.clear()
+        if calls:
+            await asyncio.gather(*calls, return_exceptions=True)
 
     # --- poll side (any thread) ----------------------------------------------------------
     def take(self, max_records: int) -> tuple[list[Record], bool]:

@@ -50,7 +50,7 @@ from strom.controller.raft import (
 )
 from strom.controller.raftlog import MemoryRaftLog
 from strom.controller.transport import OnReply
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, StromError
 from strom.ratelimit import RateLimitedLog
 
 
@@ -599,3 +599,43 @@ class _Silent:
 
     async def close(self) -> None:
         pass
+
+
+class _FailingDisk(MemoryRaftLog):
+    """A metadata log whose appends fail once ``full`` is set (a full disk)."""
+
+    full = False
+
+    def append(self, entries: tuple[LogEntry, ...]) -> None:
+        if self.full:
+            raise OSError(28, "No space left on device")
+        super().append(entries)
+
+
+async def test_a_failed_driver_answers_what_waits_for_it() -> None:
+    """Once the run task failed (its metadata log could not persist) a peer's request handed
+    in meanwhile, one handed in later and a proposal all end with an error at once. Before, the
+    peer's AppendEntries waited for a reply no one would give until the server's shutdown
+    cancelled it (and gRPC logged the cancelled handler's traceback: a chance CI failure of
+    test_metadata_log_faults), and a proposal queued after the failure waited forever."""
+    disk = _FailingDisk()
+    config = RaftConfig(0, frozenset({0, 1}), election_timeout_ms=60_000,
+                        heartbeat_interval_ms=10_000)
+    driver = QuorumDriver(config, disk, _Silent())
+    await driver.start()
+    try:
+        disk.full = True
+        entries = (LogEntry(1, 1, _register(1)),)
+        async with asyncio.timeout(10):
+            with pytest.raises(StromError) as waiting:
+                await driver.receive(AppendEntries(1, 1, 0, 0, entries, 1))
+            assert waiting.value.code is ErrorCode.BROKER_NOT_AVAILABLE
+            assert "No space left on device" in waiting.value.message
+            assert driver.task is not None and driver.task.done()
+            with pytest.raises(StromError) as later:
+                await driver.receive(AppendEntries(1, 1, 0, 0, entries, 1))
+            assert later.value.code is ErrorCode.BROKER_NOT_AVAILABLE
+            with pytest.raises(NotControllerError):
+                await driver.propose(_register(2))
+    finally:
+        await driver.stop()

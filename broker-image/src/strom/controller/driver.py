@@ -216,6 +216,10 @@ class QuorumDriver:
         """Set while this node leads (from its ``BecameLeader`` to its ``BecameFollower``)."""
         self.task: asyncio.Task[None] | None = None
         """The run task; it ends with an exception if persisting failed."""
+        self._stopped: str | None = None
+        """Why the run task ended (failed or stopped): nothing will answer the inbox any more."""
+        self._replies: set[asyncio.Future[Message | None]] = set()
+        """Peers' requests handed in and not answered yet (failed when the run task ends)."""
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -233,8 +237,28 @@ class QuorumDriver:
             len(state.entries),
             sorted(self.config.voters),
         )
+        self._stopped = None
         self.task = spawn("raft-driver", self._run, restartable=False)
+        self.task.add_done_callback(self._ended)
         self._tasks = [self.task]
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The run task ended (failed, or stopped): what waits for it is answered at once.
+
+        Why: a peer's AppendEntries handed in after the metadata log failed waited for a reply
+        no one would give until the server's shutdown cancelled it, and gRPC then logged the
+        cancelled handler's traceback; a proposal queued meanwhile would wait forever."""
+        failure = None if task.cancelled() else task.exception()
+        self._stopped = f"the controller stopped ({failure})" if failure is not None \
+            else "the controller stopped"
+        while not self._inbox.empty():
+            item = self._inbox.get_nowait()
+            if isinstance(item, _Propose) and not item.result.done():
+                item.result.set_exception(NotControllerError(None, self._stopped))
+        for reply in list(self._replies):
+            if not reply.done():
+                reply.set_exception(StromError(ErrorCode.BROKER_NOT_AVAILABLE, self._stopped))
+        self._replies.clear()
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
@@ -253,8 +277,14 @@ class QuorumDriver:
     # ---- inputs (any coroutine on the loop) --------------------------------------------------
 
     async def receive(self, message: Message) -> Message | None:
-        """Hand a request from a peer to the node; its reply, once it may be sent."""
+        """Hand a request from a peer to the node; its reply, once it may be sent. Raises
+        ``StromError(BROKER_NOT_AVAILABLE)`` once the node stopped (at once, or when it stops
+        before replying)."""
+        if self._stopped is not None:
+            raise StromError(ErrorCode.BROKER_NOT_AVAILABLE, self._stopped)
         reply: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
+        self._replies.add(reply)
+        reply.add_done_callback(self._replies.discard)
         self._inbox.put_nowait(_Incoming(message, reply))
         return await reply
 
@@ -278,7 +308,10 @@ class QuorumDriver:
         commit (a fencing of thousands of partitions is one round trip, not one per entry).
         Cancelling the future withdraws a command not yet appended."""
         result: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._inbox.put_nowait(_Propose(command, result))
+        if self._stopped is not None:
+            result.set_exception(NotControllerError(None, self._stopped))
+        else:
+            self._inbox.put_nowait(_Propose(command, result))
         return result
 
     # ---- introspection -----------------------------------------------------------------------

@@ -97,7 +97,11 @@ class QuorumService:
         reason = self._driver.refusal(message)
         if reason is not None:
             await self._refuse(context, StromError(ErrorCode.INCONSISTENT_VOTER_SET, reason))
-        reply = await self._driver.receive(message)
+        try:
+            reply = await self._driver.receive(message)
+        except StromError as err:  # this node's Raft member stopped: the peer tries another
+            status = to_grpc_status(err)
+            await context.abort(status.code, status.details, status.trailing_metadata)
         if reply is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no reply")
         return to_pb(reply)

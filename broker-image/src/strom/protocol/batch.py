@@ -38,6 +38,8 @@ _UI = struct.Struct(">I")
 _H = struct.Struct(">h")
 _PREFIX = struct.Struct(">qii")
 OFFSETS_PREFIX = 16  # baseOffset, batchLength, partitionLeaderEpoch
+#: Where the attributes field lies in a batch; its CRC-32C covers the bytes from here to the end.
+ATTRIBUTES_AT = 21
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08  # 1 = LogAppendTime
@@ -121,7 +123,7 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
 
 def compute_crc(buf: bytes | bytearray | memoryview, position: int, size: int) -> int:
     """CRC-32C over attributes..end of the batch at ``position`` with total ``size``."""
-    return int(crc32c.crc32c(memoryview(buf)[position + 21 : position + size]))
+    return int(crc32c.crc32c(memoryview(buf)[position + ATTRIBUTES_AT : position + size]))
 
 
 def validate_batches(buf: bytes | bytearray | memoryview, max_batch_bytes: int | None = None
@@ -213,8 +215,8 @@ def set_log_append_time(buf: bytearray, position: int, size: int, timestamp_ms: 
     As in Kafka, only maxTimestamp changes; record timestamp deltas are left as sent, and readers
     use maxTimestamp for every record of a LogAppendTime batch.
     """
-    attributes = _H.unpack_from(buf, position + 21)[0] | ATTR_TIMESTAMP_TYPE
-    _H.pack_into(buf, position + 21, attributes)
+    attributes = _H.unpack_from(buf, position + ATTRIBUTES_AT)[0] | ATTR_TIMESTAMP_TYPE
+    _H.pack_into(buf, position + ATTRIBUTES_AT, attributes)
     _Q.pack_into(buf, position + 35, timestamp_ms)
     _UI.pack_into(buf, position + 17, compute_crc(buf, position, size))
 

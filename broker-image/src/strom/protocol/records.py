@@ -25,6 +25,7 @@ from crc32c import crc32c
 from strom.protocol.batch import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
+    ATTRIBUTES_AT,
     HEADER_LEAD,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -271,7 +272,7 @@ def decode_batch_lists(
         end, after = position + size, base + last_delta + 1
         if after <= start_offset:
             continue
-        if check_crcs and crc32c(mv[position + 21:end]) != crc:  # compute_crc, inlined
+        if check_crcs and crc32c(mv[position + ATTRIBUTES_AT:end]) != crc:  # compute_crc, inlined
             raise _corrupt(parse_header(mv, position), topic, partition,
                            f"its CRC-32C does not match (stored {crc:#010x}): the bytes were "
                            f"damaged")

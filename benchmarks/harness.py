@@ -13,6 +13,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,14 +46,42 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return float(sorted_values[k])
 
 
+def filesystem_of(path: str, mounts: str) -> dict[str, str]:
+    """The mount that holds ``path`` (an absolute, resolved path), from ``/proc/self/mounts``
+    text: its mount point, type and options, or {} when none matches.
+
+    Why it is recorded: every broker of a benchmark, Strom's and Apache Kafka's, keeps its data
+    under the temporary directory, and the filesystem there changes the comparison. On this
+    project's VM the first write to a page of a memory-mapped file on its ext4 disk costs
+    milliseconds of (mostly system) CPU where tmpfs costs microseconds; Kafka memory-maps its
+    index files and Strom does not, so Kafka's rows there pay it once per index page
+    (docs/decisions.md, "Apache Kafka's memory-mapped indexes on this VM's disk").
+    ``TMPDIR=/dev/shm`` runs every broker on tmpfs."""
+    best: dict[str, str] = {}
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best.get("mount_point", "")):
+            best = {"mount_point": point, "type": fields[2], "options": fields[3]}
+    return best
+
+
 def machine_info() -> dict[str, Any]:
+    data_dir = os.path.realpath(tempfile.gettempdir())
     info: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "cpus": os.cpu_count(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "data_dir": data_dir,
     }
+    with contextlib.suppress(OSError):
+        info["data_filesystem"] = filesystem_of(data_dir,
+                                                Path("/proc/self/mounts").read_text())
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

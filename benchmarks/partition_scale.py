@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks import strom_workloads as sw
+from benchmarks.harness import machine_info
 from benchmarks.kafka_listener import produce_requests
 from benchmarks.raw_compare import cpu_seconds
 from strom.client import Admin, Producer
@@ -605,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_create(created))
         if args.json is not None:
             args.json.write_text(json.dumps({
-                "cores": os.cpu_count(), "repeats": args.repeats,
+                "cores": os.cpu_count(), "repeats": args.repeats, "machine": machine_info(),
                 "load_avg_end": os.getloadavg(), "points": [asdict(p) for p in created]},
                 indent=2) + "\n")
         return 0
@@ -617,7 +618,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json is not None:
             args.json.write_text(json.dumps({
                 "records": args.records, "cores": os.cpu_count(), "repeats": args.repeats,
-                "load_avg_end": os.getloadavg(), "rows": [asdict(r) for r in rows]},
+                "machine": machine_info(), "load_avg_end": os.getloadavg(),
+                "rows": [asdict(r) for r in rows]},
                 indent=2) + "\n")
         return 0
     points = measure([int(c) for c in args.counts.split(",")], args.records,
@@ -625,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_points(points))
     if args.json is not None:
         args.json.write_text(json.dumps({
-            "records": args.records, "cores": os.cpu_count(),
+            "records": args.records, "cores": os.cpu_count(), "machine": machine_info(),
             "load_avg_end": os.getloadavg(), "points": [asdict(p) for p in points]},
             indent=2) + "\n")
     if args.png is not None and not plot(points, args.png):
@@ -643,7 +645,7 @@ def _main_rf3(args: argparse.Namespace) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps({
             "brokers": 3, "replication_factor": 3, "records": args.records,
-            "cores": os.cpu_count(), "max_seconds": args.max_seconds,
+            "cores": os.cpu_count(), "max_seconds": args.max_seconds, "machine": machine_info(),
             "load_avg_end": os.getloadavg(), "points": [asdict(p) for p in points]},
             indent=2) + "\n")
     if args.png is not None and not rf3.plot(points, args.png):

@@ -64,6 +64,9 @@ def measure(directory: Path, method: str, files: int, size: int) -> WriteCost:
     """The first write into each of ``files`` fresh sparse files of ``size`` bytes."""
     if method not in ("mmap", "pwrite"):
         raise ValueError(f"method must be mmap or pwrite, not {method!r}")
+    if files < 1 or size < len(ENTRY):
+        raise ValueError(f"files must be at least 1 and size at least {len(ENTRY)} bytes "
+                         f"(got {files} and {size})")
     with tempfile.TemporaryDirectory(prefix="strom-page-write-", dir=directory) as tmp:
         fds = []
         maps: list[mmap.mmap] = []

@@ -47,6 +47,8 @@ def test_unknown_method_and_bad_arguments_are_refused(pwc: ModuleType, tmp_path:
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError, match="mmap or pwrite"):
         pwc.measure(tmp_path, "sendfile", files=1, size=8192)
+    with pytest.raises(ValueError, match="files must be at least 1"):
+        pwc.measure(tmp_path, "mmap", files=0, size=8192)
     with pytest.raises(SystemExit) as exit_info:
         pwc.main(["--files", "0"])
     assert exit_info.value.code == 2

@@ -452,6 +452,19 @@ async def test_a_stall_right_after_the_timer_fired_is_forgiven_too() -> None:
         transport = driver._transport
         assert isinstance(transport, Loopback)
         stalls = driver.stalls_forgiven
+        given: list[int] = []  # every time the node is handed: it must never go back
+        real_tick, real_receive = driver.node.tick, driver.node.receive
+
+        def tick(now_ms: int) -> list[Action]:
+            given.append(now_ms)
+            return real_tick(now_ms)
+
+        def receive(message: Any, now_ms: int) -> list[Action]:
+            given.append(now_ms)
+            return real_receive(message, now_ms)
+
+        driver.node.tick = tick  # type: ignore[method-assign]
+        driver.node.receive = receive  # type: ignore[method-assign]
         transport.hold_replies = True
         for _ in range(4):
             await asyncio.sleep(0.05)
@@ -468,6 +481,7 @@ async def test_a_stall_right_after_the_timer_fired_is_forgiven_too() -> None:
         assert driver.node.is_leader
         assert {d.node.term for d in net.drivers.values()} == {term}
         assert not net.violations, net.violations
+        assert len(given) > 10 and given == sorted(given), given
     finally:
         await net.stop()
 
@@ -476,6 +490,47 @@ class _SlowDisk(MemoryRaftLog):
     def append(self, entries: tuple[LogEntry, ...]) -> None:
         time.sleep(0.15)  # an fsync behind the files of thousands of new partitions
         super().append(entries)
+
+
+async def test_time_the_node_was_given_is_not_forgiven_again() -> None:
+    """A follower's tick waits in the inbox behind three appends, each persisted in 0.15 s
+    (``_SlowDisk``), the node handed its clock as each is handled. Only the time since the last
+    of those may be forgiven: the clock the node is given never goes back. A first version of
+    the tick-wait rule forgave the whole 0.45 s wait, took the clock back below times the node
+    had seen, and so stopped it until it caught up (on a leader: heartbeats held back)."""
+    driver = QuorumDriver(
+        RaftConfig(0, frozenset({0, 1}), election_timeout_ms=3000, heartbeat_interval_ms=30),
+        _SlowDisk(), _Silent())
+    await driver.start()
+    given: list[int] = []
+    real_tick, real_receive = driver.node.tick, driver.node.receive
+
+    def tick(now_ms: int) -> list[Action]:
+        given.append(now_ms)
+        return real_tick(now_ms)
+
+    def receive(message: Any, now_ms: int) -> list[Action]:
+        given.append(now_ms)
+        return real_receive(message, now_ms)
+
+    driver.node.tick = tick  # type: ignore[method-assign]
+    driver.node.receive = receive  # type: ignore[method-assign]
+    try:
+        async with asyncio.timeout(10):
+            await driver.receive(AppendEntries(1, 1, 0, 0, (), 0))  # node 1 leads term 1
+            appends = [asyncio.ensure_future(driver.receive(AppendEntries(
+                1, 1, i, 1 if i else 0, (LogEntry(1, i + 1, _register(i + 1)),), 0)))
+                for i in range(3)]
+            await asyncio.sleep(0)  # the three are in the inbox (the first being handled)
+            seen = len(given)
+            driver._disarm()
+            driver._due()  # the timer fires: the tick queues behind them
+            await asyncio.gather(*appends)
+            while len(given) < seen + 3:  # the last two appends and the tick
+                await asyncio.sleep(0.01)
+        assert given == sorted(given), given
+    finally:
+        await driver.stop()
 
 
 async def test_a_slow_persist_is_logged(monkeypatch: pytest.MonkeyPatch,

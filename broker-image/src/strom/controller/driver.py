@@ -201,6 +201,9 @@ class QuorumDriver:
         self._tick_queued = False
         self._tick_deferred = False
         self._forgiven_ms = 0
+        self._clock_read_ms = 0
+        """When the node's clock was last read (``_now_ms``): time after it has not been seen by
+        the node, so forgiving it never takes the clock back below a time the node was given."""
         self._watch_ms = max(config.heartbeat_interval_ms, config.election_timeout_ms // 4)
         self.stalls_forgiven = 0
         """Timers that fired more than a heartbeat interval late (their lateness was forgiven)."""
@@ -412,18 +415,21 @@ class QuorumDriver:
         self._inbox.put_nowait(_Tick(stalled, _now_ms()))
 
     def _waited(self, tick: _Tick) -> None:
-        """The first time ``tick`` is taken from the inbox: if it waited there more than a
-        heartbeat interval, that wait is a stall too, forgiven as ``_due`` forgives a late timer.
+        """The first time ``tick`` is taken from the inbox: if the node's clock was not read
+        for more than a heartbeat interval since the tick was queued, that time is a stall too,
+        forgiven as ``_due`` forgives a late timer.
 
         Why: a timer can fire in the same turn of the loop as the callback that then blocks it
         (a long callback right behind it); ``_due`` saw no lateness, no timer is armed while a
         tick is queued, and the node was handed the stalled time on its clock at the tick.
         ci18 failed on it by chance (a leader stepped down in
-        ``test_a_leader_whose_loop_stalled_waits_a_window_for_the_acknowledgements``). Looked
-        at before any queued message is handled, so the node never sees the unforgiven
-        clock (it keeps the largest time it was given)."""
+        ``test_a_leader_whose_loop_stalled_waits_a_window_for_the_acknowledgements``). Only
+        the time since the clock was last read is forgiven: time the node was already given
+        (messages handled while the tick waited behind them) stays on its clock, so the clock
+        never goes back and stops (a node keeps the largest time it was given; a stopped clock
+        would hold a leader's heartbeats back)."""
         tick.seen = True
-        waited = _now_ms() - tick.queued_ms
+        waited = _now_ms() - max(tick.queued_ms, self._clock_read_ms)
         if waited > self.config.heartbeat_interval_ms:
             self._forgiven_ms += waited
             self.stalls_forgiven += 1
@@ -431,7 +437,8 @@ class QuorumDriver:
 
     def _clock_ms(self) -> int:
         """The node's clock: monotonic milliseconds less the stalls forgiven (``_due``)."""
-        return _now_ms() - self._forgiven_ms
+        now = self._clock_read_ms = _now_ms()
+        return now - self._forgiven_ms
 
     async def _run(self) -> None:
         node = self.node

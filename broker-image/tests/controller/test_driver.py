@@ -421,18 +421,42 @@ async def test_a_leader_whose_loop_stalled_waits_a_window_for_the_acknowledgemen
         for _ in range(8):
             await asyncio.sleep(0.1)
             time.sleep(0.2)  # blocks the loop, as a long callback does
-        await asyncio.sleep(0.02)
-        transport.hold_replies = False
-        assert transport.held, "the followers did answer"
-        for deliver in transport.held:
-            deliver()
-        await asyncio.sleep(0.5)
+        await _deliver_held(transport)
         assert net.drivers[leader].stalls_forgiven >= stalls + 4  # most stalls seen by a timer
         assert net.drivers[leader].node.is_leader
         assert {d.node.term for d in net.drivers.values()} == {term}
         assert not net.violations, net.violations
     finally:
         await net.stop()
+
+
+async def _deliver_held(transport: Loopback) -> None:
+    """The followers' held acknowledgements arrive at last; half a second to act on them."""
+    await asyncio.sleep(0.02)
+    transport.hold_replies = False
+    assert transport.held, "the followers did answer"
+    for deliver in transport.held:
+        deliver()
+    await asyncio.sleep(0.5)
+
+
+def _clocks_given(driver: QuorumDriver) -> list[int]:
+    """Every time ``driver`` hands its node (its ``tick`` and ``receive``), in order, from now
+    on: a list the caller reads."""
+    given: list[int] = []
+    real_tick, real_receive = driver.node.tick, driver.node.receive
+
+    def tick(now_ms: int) -> list[Action]:
+        given.append(now_ms)
+        return real_tick(now_ms)
+
+    def receive(message: Any, now_ms: int) -> list[Action]:
+        given.append(now_ms)
+        return real_receive(message, now_ms)
+
+    driver.node.tick = tick  # type: ignore[method-assign]
+    driver.node.receive = receive  # type: ignore[method-assign]
+    return given
 
 
 async def test_a_stall_right_after_the_timer_fired_is_forgiven_too() -> None:
@@ -452,31 +476,14 @@ async def test_a_stall_right_after_the_timer_fired_is_forgiven_too() -> None:
         transport = driver._transport
         assert isinstance(transport, Loopback)
         stalls = driver.stalls_forgiven
-        given: list[int] = []  # every time the node is handed: it must never go back
-        real_tick, real_receive = driver.node.tick, driver.node.receive
-
-        def tick(now_ms: int) -> list[Action]:
-            given.append(now_ms)
-            return real_tick(now_ms)
-
-        def receive(message: Any, now_ms: int) -> list[Action]:
-            given.append(now_ms)
-            return real_receive(message, now_ms)
-
-        driver.node.tick = tick  # type: ignore[method-assign]
-        driver.node.receive = receive  # type: ignore[method-assign]
+        given = _clocks_given(driver)  # it must never go back
         transport.hold_replies = True
         for _ in range(4):
             await asyncio.sleep(0.05)
             driver._disarm()
             driver._due()  # the timer fires: a tick is queued, not on time to be late ...
             time.sleep(0.2)  # ... and the loop blocks before the driver's task runs
-        await asyncio.sleep(0.02)
-        transport.hold_replies = False
-        assert transport.held, "the followers did answer"
-        for deliver in transport.held:
-            deliver()
-        await asyncio.sleep(0.5)
+        await _deliver_held(transport)
         assert driver.stalls_forgiven >= stalls + 4
         assert driver.node.is_leader
         assert {d.node.term for d in net.drivers.values()} == {term}
@@ -502,19 +509,7 @@ async def test_time_the_node_was_given_is_not_forgiven_again() -> None:
         RaftConfig(0, frozenset({0, 1}), election_timeout_ms=3000, heartbeat_interval_ms=30),
         _SlowDisk(), _Silent())
     await driver.start()
-    given: list[int] = []
-    real_tick, real_receive = driver.node.tick, driver.node.receive
-
-    def tick(now_ms: int) -> list[Action]:
-        given.append(now_ms)
-        return real_tick(now_ms)
-
-    def receive(message: Any, now_ms: int) -> list[Action]:
-        given.append(now_ms)
-        return real_receive(message, now_ms)
-
-    driver.node.tick = tick  # type: ignore[method-assign]
-    driver.node.receive = receive  # type: ignore[method-assign]
+    given = _clocks_given(driver)
     try:
         async with asyncio.timeout(10):
             await driver.receive(AppendEntries(1, 1, 0, 0, (), 0))  # node 1 leads term 1

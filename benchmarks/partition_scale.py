@@ -558,6 +558,13 @@ def plot(points: list[ScalePoint], path: Path) -> bool:
     return True
 
 
+def _write_json(path: Path, fields: dict[str, object]) -> None:
+    """``fields`` with what every partition-scale JSON carries (cores, machine info with the
+    data directory's filesystem, the load average at the end) as JSON at ``path``."""
+    path.write_text(json.dumps({"cores": os.cpu_count(), "machine": machine_info(),
+                                "load_avg_end": os.getloadavg(), **fields}, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -605,10 +612,8 @@ def main(argv: list[str] | None = None) -> int:
                                  progress=lambda m: print(m, flush=True))
         print(format_create(created))
         if args.json is not None:
-            args.json.write_text(json.dumps({
-                "cores": os.cpu_count(), "repeats": args.repeats, "machine": machine_info(),
-                "load_avg_end": os.getloadavg(), "points": [asdict(p) for p in created]},
-                indent=2) + "\n")
+            _write_json(args.json, {"repeats": args.repeats,
+                                    "points": [asdict(p) for p in created]})
         return 0
     if args.keyed_only:
         rows = measure_keyed([int(c) for c in args.counts.split(",")], args.records,
@@ -616,20 +621,15 @@ def main(argv: list[str] | None = None) -> int:
                              only=args.clients.split(",") if args.clients else None)
         print(format_keyed(rows))
         if args.json is not None:
-            args.json.write_text(json.dumps({
-                "records": args.records, "cores": os.cpu_count(), "repeats": args.repeats,
-                "machine": machine_info(), "load_avg_end": os.getloadavg(),
-                "rows": [asdict(r) for r in rows]},
-                indent=2) + "\n")
+            _write_json(args.json, {"records": args.records, "repeats": args.repeats,
+                                    "rows": [asdict(r) for r in rows]})
         return 0
     points = measure([int(c) for c in args.counts.split(",")], args.records,
                      create_100=args.create_100, logs_dir=args.logs)
     print(format_points(points))
     if args.json is not None:
-        args.json.write_text(json.dumps({
-            "records": args.records, "cores": os.cpu_count(), "machine": machine_info(),
-            "load_avg_end": os.getloadavg(), "points": [asdict(p) for p in points]},
-            indent=2) + "\n")
+        _write_json(args.json, {"records": args.records,
+                                "points": [asdict(p) for p in points]})
     if args.png is not None and not plot(points, args.png):
         print("matplotlib is not installed: no PNG")
     return 0
@@ -643,11 +643,9 @@ def _main_rf3(args: argparse.Namespace) -> int:
                          progress=lambda m: print(m, flush=True), logs_dir=args.logs)
     print(rf3.format_points(points))
     if args.json is not None:
-        args.json.write_text(json.dumps({
-            "brokers": 3, "replication_factor": 3, "records": args.records,
-            "cores": os.cpu_count(), "max_seconds": args.max_seconds, "machine": machine_info(),
-            "load_avg_end": os.getloadavg(), "points": [asdict(p) for p in points]},
-            indent=2) + "\n")
+        _write_json(args.json, {"brokers": 3, "replication_factor": 3, "records": args.records,
+                                "max_seconds": args.max_seconds,
+                                "points": [asdict(p) for p in points]})
     if args.png is not None and not rf3.plot(points, args.png):
         print("matplotlib is not installed: no PNG")
     return 0

@@ -129,8 +129,6 @@ class _Tick:
     tick)."""
     queued_ms: int = 0
     """When the timer put it in the inbox (``_now_ms``)."""
-    seen: bool = False
-    """Taken from the inbox once already (deferred behind messages): its wait was looked at."""
 
 
 @dataclass(slots=True)
@@ -428,7 +426,6 @@ class QuorumDriver:
         (messages handled while the tick waited behind them) stays on its clock, so the clock
         never goes back and stops (a node keeps the largest time it was given; a stopped clock
         would hold a leader's heartbeats back)."""
-        tick.seen = True
         waited = _now_ms() - max(tick.queued_ms, self._clock_read_ms)
         if waited > self.config.heartbeat_interval_ms:
             self._forgiven_ms += waited
@@ -457,7 +454,7 @@ class QuorumDriver:
             handled += 1
             item = await self._inbox.get()
             if isinstance(item, _Tick):
-                if not item.seen:
+                if not self._tick_deferred:  # taken for the first time (one tick at a time)
                     self._waited(item)
                 if not self._inbox.empty() and not self._tick_deferred:
                     # Messages that came in before the tick first: a leader's check-quorum must

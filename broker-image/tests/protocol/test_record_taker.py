@@ -60,6 +60,32 @@ def test_one_list_per_batch_skipping_what_lies_before_the_start() -> None:
     assert {(r.topic, r.partition) for records in lists for r in records} == {("t", 2)}
 
 
+def test_runs_join_batches_of_one_leader_epoch_up_to_the_record_count() -> None:
+    """Over 1,000 partitions a keyed produce writes ~10-record batches: the consumer decodes
+    them a run at a time (one comprehension, one list), closed at ``run_records``."""
+    data = bytearray(_log(7, 10))
+    size = len(data) // 7
+    for b in (5, 6):  # the last two batches come from a later leader
+        struct.pack_into(">i", data, b * size + 12, 3)
+        struct.pack_into(">I", data, b * size + 17, compute_crc(data, b * size, size))
+    lists = list(decode_batch_lists(bytes(data), "t", 0, 15, check_crcs=True, run_records=25))
+    assert [[r.offset for r in records] for records in lists] == [
+        list(range(15, 40)), list(range(40, 50)), list(range(50, 70))]  # 30 counted, 10, 20
+    assert [{r.leader_epoch for r in records} for records in lists] == [{-1}, {-1}, {3}]
+    assert [len(records) for records in decode_batch_lists(bytes(data), run_records=0)] == [
+        10] * 7
+
+
+def test_a_batch_that_does_not_decode_inside_a_run_ends_it_after_the_batches_before() -> None:
+    data = _log(4, 5)
+    second = len(data) // 4
+    batches = decode_batch_lists(_damaged(data, 2 * second + 61), "t", 0, 0, run_records=100)
+    assert [r.offset for r in next(batches)] == [0, 1, 2, 3, 4]
+    assert [r.offset for r in next(batches)] == [5, 6, 7, 8, 9]
+    with pytest.raises(StromError, match="does not decode"):
+        next(batches)
+
+
 def test_a_partial_trailing_batch_is_left_out() -> None:
     data = _log(2, 5)
     taker = RecordTaker(data[:-3], "t", 0, 0)
@@ -145,11 +171,13 @@ def _mixed_log() -> bytes:
     return b"".join(parts) + parts[0][:30]
 
 
+@pytest.mark.parametrize("run_records", [0, 4, 1000])
 @pytest.mark.parametrize("start", [0, 2, 3, 9, 14, 100])
-def test_the_decode_gives_what_the_parsed_headers_say(start: int) -> None:
+def test_the_decode_gives_what_the_parsed_headers_say(start: int, run_records: int) -> None:
     data = _mixed_log()
     got = [(r.offset, r.timestamp, r.key, r.leader_epoch)
-           for records in decode_batch_lists(data, "t", 0, start, check_crcs=True)
+           for records in decode_batch_lists(data, "t", 0, start, check_crcs=True,
+                                             run_records=run_records)
            for r in records]
     assert got == _reference(data, start)
     assert any(h.is_control for h in iter_headers(data))

@@ -13,6 +13,7 @@ import enum
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Protocol
 
 from aiokafka.codec import snappy_decode
@@ -243,21 +244,72 @@ def decode_batches(
 
 def decode_batch_lists(
     buf: bytes | memoryview, topic: str = "", partition: int = -1, start_offset: int = 0, *,
-    check_crcs: bool = False, strict: bool = False,
+    check_crcs: bool = False, strict: bool = False, run_records: int = 0,
 ) -> Iterator[list[Record]]:
-    """:func:`decode_batches` one list per batch: a list comprehension per batch instead of a
+    """:func:`decode_batches` a list at a time: a list comprehension per list instead of a
     generator step per record (the consumer's hot loop: 1.75M -> 2.5M records/s decoded,
     measured on 200 x 1000 records of 100 B).
 
-    ``check_crcs`` verifies each batch's CRC-32C just before decoding it (Kafka's consumer
+    One list per batch, or with ``run_records`` one per run of consecutive batches that share
+    their leader epoch and CreateTime stamps, closed once it holds ``run_records`` records (by
+    the headers' counts): a keyed produce over 1,000 partitions writes batches of ~10 records,
+    and a comprehension, a generator step and a take per batch were most of what a catch-up
+    over 1,000 partitions cost beyond one over 10 (docs/decisions.md, "Consume at 1,000
+    partitions: runs of batches").
+
+    ``check_crcs`` verifies each batch's CRC-32C before decoding it (Kafka's consumer
     ``check.crcs``). ``strict`` (the consumer) also refuses bytes after the last whole batch that
     cannot be the start of one (a length below the header size, a magic other than 2), which
     lenient walking would take for a batch cut at a size limit. Either raises StromError
-    (CORRUPT_MESSAGE) only when the generator reaches the bad batch: the batches before it are
+    (CORRUPT_MESSAGE) only when the generator reaches the bad batch: the records before it are
     yielded first.
     """
     mv = memoryview(buf)
-    create, append = TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME
+    run: list[tuple[int, int]] = []  # (position, end) of the batches of the run being built
+    run_epoch, run_count, run_start = -1, 0, 0
+    batches = _whole_batches(mv, topic, partition, start_offset, check_crcs, strict)
+    while True:
+        try:
+            found = next(batches, None)
+        except StromError:  # a damaged batch: the run before it is delivered first
+            if run:
+                yield from _decode_run(mv, run, topic, partition, run_epoch, run_start,
+                                       start_offset)
+            raise
+        if found is None:
+            break
+        position, end, base, epoch, attributes, max_ts, count = found
+        if attributes & ATTR_TIMESTAMP_TYPE:  # LogAppendTime: the batch's own stamp
+            if run:
+                yield from _decode_run(mv, run, topic, partition, run_epoch, run_start,
+                                       start_offset)
+                run = []
+            yield from _decode_run(mv, [(position, end)], topic, partition, epoch, base,
+                                   start_offset, max_ts)
+            continue
+        if run and epoch != run_epoch:
+            yield from _decode_run(mv, run, topic, partition, run_epoch, run_start,
+                                   start_offset)
+            run = []
+        if not run:
+            run_epoch, run_count, run_start = epoch, 0, base
+        run.append((position, end))
+        run_count += count
+        if run_count >= run_records:
+            yield from _decode_run(mv, run, topic, partition, run_epoch, run_start,
+                                   start_offset)
+            run = []
+    if run:
+        yield from _decode_run(mv, run, topic, partition, run_epoch, run_start, start_offset)
+
+
+def _whole_batches(
+    mv: memoryview, topic: str, partition: int, start_offset: int, check_crcs: bool,
+    strict: bool,
+) -> Iterator[tuple[int, int, int, int, int, int, int]]:
+    """(position, end, base offset, leader epoch, attributes, max timestamp, record count) of
+    each whole batch with records at or past ``start_offset``, control batches left out;
+    raises at a bad CRC (``check_crcs``) or, ``strict``, at bytes that cannot start a batch."""
     # One unpack of the header's leading fields per batch, no BatchHeader, no copy: at 1,000
     # partitions a catch-up holds ~15 times the batches (10-20 records each), and the
     # per-batch part of this loop was ~40 % of the decode (docs/decisions.md, strom21).
@@ -276,28 +328,8 @@ def decode_batch_lists(
             raise _corrupt(parse_header(mv, position), topic, partition,
                            f"its CRC-32C does not match (stored {crc:#010x}): the bytes were "
                            f"damaged")
-        if attributes & ATTR_CONTROL:
-            continue
-        try:
-            # the codec reads the view in place (a bytes copy cost ~1.5 us a batch); the
-            # records' keys and values are new bytes objects all the same
-            batch = DefaultRecordBatch(mv[position:end])
-            # One comprehension per timestamp type, so the per-record body has no test.
-            if attributes & ATTR_TIMESTAMP_TYPE:
-                records = [Record(topic, partition, r.offset, max_ts, append, r.key, r.value,
-                                  tuple(hd) if (hd := r.headers) else (), epoch)
-                           for r in batch]
-            else:
-                records = [Record(topic, partition, r.offset, r.timestamp, create, r.key,
-                                  r.value, tuple(hd) if (hd := r.headers) else (), epoch)
-                           for r in batch]
-        except Exception as exc:  # the compiled codec raises assorted types on garbage
-            raise _corrupt(parse_header(mv, position), topic, partition,
-                           f"it does not decode: {exc}") from exc
-        if base < start_offset:  # only a fetch's first batch can start before it
-            records = [r for r in records if r.offset >= start_offset]
-        if records:
-            yield records
+        if not attributes & ATTR_CONTROL:
+            yield position, end, base, epoch, attributes, max_ts, last_delta + 1
     rest = len(mv) - end
     if strict and rest > 0:
         length = _LENGTH.unpack_from(mv, end + 8)[0] if rest >= LOG_OVERHEAD else 0
@@ -311,6 +343,44 @@ def decode_batch_lists(
                 f"consumer stays at offset {after}: seek() past the damage to skip it")
 
 
+def _decode_run(
+    mv: memoryview, run: list[tuple[int, int]], topic: str, partition: int, epoch: int,
+    first_base: int, start_offset: int = 0, append_time: int | None = None,
+) -> Iterator[list[Record]]:
+    """The records of the batches ``run`` spans as one list (none if empty), or, when one of
+    them does not decode, those before it, batch by batch, then its error."""
+    try:
+        # the codec reads the views in place (a bytes copy cost ~1.5 us a batch); the
+        # records' keys and values are new bytes objects all the same
+        records = _records(mv, run, topic, partition, epoch, append_time)
+    except Exception as exc:  # the compiled codec raises assorted types on garbage
+        if len(run) == 1:
+            raise _corrupt(parse_header(mv, run[0][0]), topic, partition,
+                           f"it does not decode: {exc}") from exc
+        for one in run:  # find the bad batch: what precedes it is delivered first
+            yield from _decode_run(mv, [one], topic, partition, epoch, first_base,
+                                   start_offset, append_time)
+        return
+    if first_base < start_offset:  # only a fetch's first batch can start before it
+        records = [r for r in records if r.offset >= start_offset]
+    if records:
+        yield records
+
+
+def _records(mv: memoryview, run: list[tuple[int, int]], topic: str, partition: int,
+             epoch: int, append_time: int | None) -> list[Record]:
+    batches = [DefaultRecordBatch(mv[position:end]) for position, end in run]
+    rs = batches[0] if len(batches) == 1 else chain.from_iterable(batches)
+    # One comprehension per timestamp type, so the per-record body has no test.
+    if append_time is not None:
+        return [Record(topic, partition, r.offset, append_time,
+                       TimestampType.LOG_APPEND_TIME, r.key, r.value,
+                       tuple(hd) if (hd := r.headers) else (), epoch) for r in rs]
+    create = TimestampType.CREATE_TIME
+    return [Record(topic, partition, r.offset, r.timestamp, create, r.key, r.value,
+                   tuple(hd) if (hd := r.headers) else (), epoch) for r in rs]
+
+
 def _corrupt(h: BatchHeader, topic: str, partition: int, why: str) -> StromError:
     return StromError(
         ErrorCode.CORRUPT_MESSAGE,
@@ -320,9 +390,10 @@ def _corrupt(h: BatchHeader, topic: str, partition: int, why: str) -> StromError
 
 
 class RecordTaker:
-    """The records of one fetched buffer, decoded a batch at a time as a consumer takes them:
-    a poll returns whole batch lists (no per-record step) and at most one batch is decoded
-    beyond what it returns, so a big prefetched answer never becomes one huge list.
+    """The records of one fetched buffer, decoded a run of batches at a time as a consumer
+    takes them: a poll returns whole run lists (no per-record step) and at most one run
+    (``RUN_RECORDS`` records and a batch) is decoded beyond what it returns, so a big
+    prefetched answer never becomes one huge list.
 
     A corrupt batch ends the taking, as in Kafka's consumer: the records before it are returned
     first, then every later ``take`` raises its error (``error``), so the position never moves
@@ -331,10 +402,16 @@ class RecordTaker:
 
     __slots__ = ("_batches", "_pending", "_pos", "error")
 
+    #: Records a run of small batches is decoded to (by their headers' counts): enough to
+    #: take a keyed catch-up's ~10-record batches a few dozen at a time, and Kafka's default
+    #: ``max.poll.records``, so a default poll decodes about what it returns.
+    RUN_RECORDS = 500
+
     def __init__(self, buf: bytes | memoryview, topic: str, partition: int,
                  start_offset: int, *, check_crcs: bool = False) -> None:
         self._batches = decode_batch_lists(buf, topic, partition, start_offset,
-                                           check_crcs=check_crcs, strict=True)
+                                           check_crcs=check_crcs, strict=True,
+                                           run_records=self.RUN_RECORDS)
         self._pending: list[Record] = []
         self._pos = 0
         self.error: StromError | None = None
@@ -357,8 +434,7 @@ class RecordTaker:
                 self._pending, self._pos = following, 0
             pending, pos = self._pending, self._pos
             if pos == 0 and len(pending) <= n - len(out):
-                chunk = pending  # the whole batch list: no copy (~10 records a batch at
-                # 1,000 partitions, one slice each)
+                chunk = pending  # the whole run's list: no copy
             else:
                 chunk = pending[pos:pos + n - len(out)]
             self._pos = pos + len(chunk)

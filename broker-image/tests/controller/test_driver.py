@@ -493,6 +493,36 @@ async def test_a_stall_right_after_the_timer_fired_is_forgiven_too() -> None:
         await net.stop()
 
 
+async def test_a_late_timer_forgives_only_what_the_node_was_not_given() -> None:
+    """The loop stalls 0.2 s with the follower's timer due; after the stall the driver first
+    hands the node a heartbeat (its clock then includes the stall), and only then does the
+    timer fire, 0.2 s late. The tick forgives only the time since the node's clock was last
+    read: the clock the node is given never goes back. Before, the late timer forgave the whole
+    0.2 s already given, and the node's clock stopped until it caught up (a leader's heartbeats
+    held back as long as the stall)."""
+    driver = QuorumDriver(
+        RaftConfig(0, frozenset({0, 1}), election_timeout_ms=3000, heartbeat_interval_ms=30),
+        MemoryRaftLog(), _Silent())
+    await driver.start()
+    given = _clocks_given(driver)
+    heartbeat = AppendEntries(1, 1, 0, 0, (), 0)
+    try:
+        async with asyncio.timeout(10):
+            await driver.receive(heartbeat)  # node 1 leads term 1
+            due = driver._clock_ms()  # the timer's due time: now
+            time.sleep(0.2)  # the loop blocks, as a long callback does
+            await driver.receive(heartbeat)  # handled first, on a clock past the stall
+            seen = len(given)
+            driver._disarm()
+            driver._timer_due_ms = due
+            driver._due()  # ... then the timer fires, 0.2 s late
+            while len(given) < seen + 1:  # the tick
+                await asyncio.sleep(0.01)
+        assert given == sorted(given), given
+    finally:
+        await driver.stop()
+
+
 class _SlowDisk(MemoryRaftLog):
     def append(self, entries: tuple[LogEntry, ...]) -> None:
         time.sleep(0.15)  # an fsync behind the files of thousands of new partitions

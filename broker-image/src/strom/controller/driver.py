@@ -400,6 +400,7 @@ class QuorumDriver:
         if self._tick_queued:
             return
         self._tick_queued = True
+        read_ms = self._clock_read_ms
         late = self._clock_ms() - due if due is not None else 0
         stalled = late > self.config.heartbeat_interval_ms
         if stalled:
@@ -408,7 +409,10 @@ class QuorumDriver:
             # read the heartbeats waiting for it, or a leader that did not read the
             # acknowledgements, proves nothing about its peers. The tick itself is not held
             # back: a leader's heartbeats must not come later than the loop makes them.
-            self._forgiven_ms += late
+            # Only the time since the node's clock was last read is forgiven, as in
+            # ``_waited``: a message handled after the stall and before this late timer has
+            # handed the node the stalled time, and taking it back would stop its clock.
+            self._forgiven_ms += min(late, self._clock_read_ms - read_ms)
             self.stalls_forgiven += 1
         self._inbox.put_nowait(_Tick(stalled, _now_ms()))
 

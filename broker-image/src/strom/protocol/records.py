@@ -265,57 +265,33 @@ def decode_batch_lists(
     yielded first.
     """
     mv = memoryview(buf)
-    run: list[tuple[int, int]] = []  # (position, end) of the batches of the run being built
-    run_epoch, run_count, run_start = -1, 0, 0
-    batches = _whole_batches(mv, topic, partition, start_offset, check_crcs, strict)
-    while True:
-        try:
-            found = next(batches, None)
-        except StromError:  # a damaged batch: the run before it is delivered first
-            if run:
-                yield from _decode_run(mv, run, topic, partition, run_epoch, run_start,
-                                       start_offset)
-            raise
-        if found is None:
-            break
-        position, end, base, epoch, attributes, max_ts, count = found
-        if attributes & ATTR_TIMESTAMP_TYPE:  # LogAppendTime: the batch's own stamp
-            if run:
-                yield from _decode_run(mv, run, topic, partition, run_epoch, run_start,
-                                       start_offset)
-                run = []
-            yield from _decode_run(mv, [(position, end)], topic, partition, epoch, base,
-                                   start_offset, max_ts)
-            continue
-        if run and epoch != run_epoch:
-            yield from _decode_run(mv, run, topic, partition, run_epoch, run_start,
-                                   start_offset)
-            run = []
-        if not run:
-            run_epoch, run_count, run_start = epoch, 0, base
-        run.append((position, end))
-        run_count += count
-        if run_count >= run_records:
-            yield from _decode_run(mv, run, topic, partition, run_epoch, run_start,
-                                   start_offset)
-            run = []
-    if run:
-        yield from _decode_run(mv, run, topic, partition, run_epoch, run_start, start_offset)
+    for run, epoch, first_base, append_time in _runs(mv, topic, partition, start_offset,
+                                                     check_crcs, strict, run_records):
+        yield from _decode_run(mv, run, topic, partition, epoch, first_base, start_offset,
+                               append_time)
 
 
-def _whole_batches(
-    mv: memoryview, topic: str, partition: int, start_offset: int, check_crcs: bool,
-    strict: bool,
-) -> Iterator[tuple[int, int, int, int, int, int, int]]:
-    """(position, end, base offset, leader epoch, attributes, max timestamp, record count) of
-    each whole batch with records at or past ``start_offset``, control batches left out;
-    raises at a bad CRC (``check_crcs``) or, ``strict``, at bytes that cannot start a batch."""
-    # One unpack of the header's leading fields per batch, no BatchHeader, no copy: at 1,000
-    # partitions a catch-up holds ~15 times the batches (10-20 records each), and the
-    # per-batch part of this loop was ~40 % of the decode (docs/decisions.md, strom21).
+#: A run to decode: its batches' (position, end), their leader epoch, the first one's base
+#: offset, and the LogAppendTime stamp of a one-batch run that has one.
+_Run = tuple[list[tuple[int, int]], int, int, int | None]
+
+
+def _runs(mv: memoryview, topic: str, partition: int, start_offset: int, check_crcs: bool,
+          strict: bool, run_records: int) -> Iterator[_Run]:
+    """The whole batches with records at or past ``start_offset``, control batches left out,
+    grouped into runs: consecutive CreateTime batches of one leader epoch until they count
+    ``run_records`` records, each LogAppendTime batch alone (its stamp is its own). Raises at a
+    bad CRC (``check_crcs``) or, ``strict``, at bytes that cannot start a batch, after the run
+    before it came out (its records are delivered before the error)."""
+    # One unpack of the header's leading fields per batch, no BatchHeader, no copy, and no
+    # generator step per batch: at 1,000 partitions a catch-up holds ~15 times the batches
+    # (10-20 records each), and the per-batch part of this loop was ~40 % of the decode
+    # (docs/decisions.md, strom21).
     unpack = HEADER_LEAD.unpack_from
     total = len(mv)
     end, after = 0, start_offset
+    run: list[tuple[int, int]] = []
+    run_epoch = count = run_base = 0
     while total - end >= HEADER_SIZE:
         base, length, epoch, _, crc, attributes, last_delta, _, max_ts = unpack(mv, end)
         position, size = end, LOG_OVERHEAD + length
@@ -325,11 +301,28 @@ def _whole_batches(
         if after <= start_offset:
             continue
         if check_crcs and crc32c(mv[position + ATTRIBUTES_AT:end]) != crc:  # compute_crc, inlined
+            if run:
+                yield run, run_epoch, run_base, None
             raise _corrupt(parse_header(mv, position), topic, partition,
                            f"its CRC-32C does not match (stored {crc:#010x}): the bytes were "
                            f"damaged")
-        if not attributes & ATTR_CONTROL:
-            yield position, end, base, epoch, attributes, max_ts, last_delta + 1
+        if attributes & ATTR_CONTROL:
+            continue
+        if run and (epoch != run_epoch or attributes & ATTR_TIMESTAMP_TYPE):
+            yield run, run_epoch, run_base, None
+            run = []
+        if attributes & ATTR_TIMESTAMP_TYPE:
+            yield [(position, end)], epoch, base, max_ts
+            continue
+        if not run:
+            run_epoch, count, run_base = epoch, 0, base
+        run.append((position, end))
+        count += last_delta + 1
+        if count >= run_records:
+            yield run, run_epoch, run_base, None
+            run = []
+    if run:
+        yield run, run_epoch, run_base, None
     rest = len(mv) - end
     if strict and rest > 0:
         length = _LENGTH.unpack_from(mv, end + 8)[0] if rest >= LOG_OVERHEAD else 0

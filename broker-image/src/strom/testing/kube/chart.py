@@ -2,7 +2,7 @@
 
 ``helm install --wait`` of ``charts/strom`` with the operator image the session loaded
 (:data:`strom.testing.kube.fixture.IMAGES`, ``imagePullPolicy: Never``); returns when the operator
-pod is Ready, which with the admission webhook on (the chart's default) means the webhook serves,
+pod is Ready and the API server reaches the admission webhook (:func:`wait_webhook_reachable`),
 so StromCluster/StromTopic objects can be applied at once. ``helm uninstall --wait`` afterwards.
 Extra ``--set`` values (e.g. smaller requests for this 2-core node) go in ``sets``.
 
@@ -24,6 +24,44 @@ from strom.testing.kube.fixture import REPO, KubeCluster
 CHART = REPO / "charts" / "strom"
 RELEASE, NAMESPACE = "strom", "strom-system"
 
+#: A StromCluster the admission webhook accepts, only ever applied as a server-side dry run.
+_PROBE = """apiVersion: strom.dev/v1alpha1
+kind: StromCluster
+metadata: {name: webhook-probe, namespace: default}
+spec:
+  image: strom.local/not-on-the-node:none
+  imagePullPolicy: Never
+  brokers: {replicas: 1}
+  storage: {size: 64Mi}
+  resources: {requests: {cpu: 10m, memory: 32Mi}}
+"""
+
+
+def wait_webhook_reachable(kube: KubeCluster, timeout_s: float = 120.0) -> float:
+    """Wait until a server-side dry run of a StromCluster passes the admission webhook (at
+    once when the chart runs none); the seconds it took.
+
+    Why: ``helm install --wait`` returns when the operator pod is Ready, but the API server
+    calls the webhook through its Service's endpoints, which can lag: ci22's e2e/kube tests
+    failed on "no endpoints available for service strom-webhook" right after an install that
+    took 2.4 s (the same release had just been uninstalled by the test before). Any other
+    refusal fails at once with kubectl's message; a webhook unreachable for ``timeout_s``
+    fails naming it."""
+    start = time.monotonic()
+    while True:
+        done = kube.run("kubectl", "apply", "--dry-run=server", "-f", "-", stdin=_PROBE,
+                        timeout=60)
+        if done.returncode == 0:
+            return time.monotonic() - start
+        if "failed calling webhook" not in done.stderr:
+            raise AssertionError(f"a server-side dry run of a StromCluster was refused: "
+                                 f"{done.stderr.strip()}")
+        if time.monotonic() - start > timeout_s:
+            raise AssertionError(f"the API server did not reach the operator's admission "
+                                 f"webhook within {timeout_s:.0f} s of the install: "
+                                 f"{done.stderr.strip()}")
+        time.sleep(0.5)
+
 
 @contextlib.contextmanager
 def operator_release(kube: KubeCluster, release: str = RELEASE, namespace: str = NAMESPACE,
@@ -38,6 +76,7 @@ def operator_release(kube: KubeCluster, release: str = RELEASE, namespace: str =
               f"--set=image.repository={repo}", f"--set=image.tag={tag}",
               "--set=image.pullPolicy=Never", *[f"--set={s}" for s in sets],
               "--wait", "--timeout=5m")
+    wait_webhook_reachable(kube)
     kube.timings[f"helm install {release}"] = round(time.monotonic() - t, 1)
     try:
         yield kube

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from strom.testing.kube import layout as L
+from strom.testing.kube.chart import wait_webhook_reachable
 from strom.testing.kube.fixture import REPO, KubeCluster
 
 EXAMPLES = REPO / "crds" / "examples"
@@ -69,8 +70,8 @@ class Platform:
 
     @classmethod
     def install(cls, cluster: KubeCluster, workdir: Path) -> Platform:
-        """Tag the example image, install the operator chart (waits for it), return the
-        platform."""
+        """Tag the example image, install the operator chart (waits until the API server
+        reaches its admission webhook), return the platform."""
         paths = cluster.require_local_node()
         resolv = workdir / "resolv.conf"
         resolv.write_text(RESOLV)
@@ -85,6 +86,7 @@ class Platform:
                      f"--set=image.tag={tag}", "--set=image.pullPolicy=Never",
                      f"--set=admin.rebalanceThrottleBytesPerSec={THROTTLE_BYTES_PER_SEC}",
                      "--wait", "--timeout=5m", timeout=400)
+        platform.timings["webhook reachable after helm"] = wait_webhook_reachable(cluster)
         platform.timings["operator installed"] = time.monotonic() - started
         return platform
 

@@ -177,3 +177,20 @@ def test_free_ports_lie_outside_the_kernels_ephemeral_range(tmp_path: Path) -> N
     wide = tmp_path / "wide"
     wide.write_text("15000 60000\n")
     assert port_pick_range(wide) == range(60001, 65536)
+
+
+def test_a_broker_process_picks_three_distinct_ports(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each port free when picked is not enough: picked one at a time, the same free port
+    could come back for the gRPC port and the Kafka listener, and the broker failed at start
+    with "address already in use" on its own port (ci23). The random picks here repeat."""
+    from strom.testing import BrokerProcess
+    from strom.testing import process as process_module
+
+    base = min(process_module.port_pick_range()) + 4321
+    picks = iter([base, base, base, base + 1, base + 1, base + 2, *range(base + 3, base + 600)])
+    monkeypatch.setattr(process_module.random, "choice", lambda ports: next(picks))
+    broker = BrokerProcess(tmp_path)
+    assert len({broker.port, broker.metrics_port, broker.kafka_port}) == 3
+    given = BrokerProcess(tmp_path, port=base + 700)
+    assert given.port == base + 700 and given.metrics_port != given.kafka_port

@@ -91,9 +91,13 @@ class BrokerProcess:
         self.nofile = nofile
         """Start with RLIMIT_NOFILE lowered to this (soft and hard): the broker cannot raise it."""
         self.broker_id = broker_id
-        self.port = port or free_port()
-        self.metrics_port = metrics_port or free_port()
-        self.kafka_port = kafka_port or free_port()
+        # Picked together, so no two are the same: three separate picks could return one port
+        # twice (each free when picked), and the broker then failed to bind its second
+        # listener ("address already in use" on its own gRPC port, ci23).
+        picked = iter(free_ports(sum(1 for p in (port, metrics_port, kafka_port) if not p)))
+        self.port = port or next(picked)
+        self.metrics_port = metrics_port or next(picked)
+        self.kafka_port = kafka_port or next(picked)
         self.startup_timeout = startup_timeout
         self.config: dict[str, str] = {
             "broker.id": str(broker_id),

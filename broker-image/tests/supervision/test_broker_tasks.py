@@ -85,3 +85,43 @@ async def test_metadata_publisher_failure_stops_the_broker(server: BrokerServer)
         await asyncio.wait_for(core.topics.create_topic("t", 1, 1), 5)
     await _wait(lambda: server.failure is not None)
     assert "raft-driver" in (server.failure or "") and not server.ready
+
+
+class _StubbornStart:
+    """A server whose start swallows the first cancellation and carries on waiting, as a start
+    awaiting ``asyncio.wait_for`` can on Python 3.11 when the awaited future completes in the
+    same turn (CPython gh-86296)."""
+
+    failure: str | None = None
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.cancellations = 0
+
+    async def start(self) -> None:
+        try:
+            self.failure = "task raft-driver failed: injected"
+            self.stop.set()  # a critical task fails while starting
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            self.cancellations += 1  # swallowed
+        try:
+            await asyncio.sleep(30)  # e.g. a registration waiting out its own timeout
+        except asyncio.CancelledError:
+            self.cancellations += 1
+            raise
+
+
+async def test_a_start_that_swallows_its_cancellation_is_cancelled_again() -> None:
+    """ci23: a broker whose metadata log failed while starting logged the failure, then hung
+    until it was killed (its start carried on after being cancelled once). The start is
+    cancelled again until it ends: the broker stops and exits with status 1 at once."""
+    stop = asyncio.Event()
+    server = _StubbornStart(stop)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with asyncio.timeout(20):
+        with pytest.raises(BrokerFailed, match="raft-driver"):
+            await _start_unless_stopped(server, stop)  # type: ignore[arg-type]
+    assert server.cancellations == 2
+    assert loop.time() - started < 2  # before: the start's own 30 s wait

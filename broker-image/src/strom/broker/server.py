@@ -226,6 +226,10 @@ def _bind_error(address: str, exc: Exception) -> ConfigError:
                        f"the address is in use or not local ({exc})")
 
 
+#: How long a cancelled start may take to end before the broker stops without it.
+START_CANCEL_S = 5.0
+
+
 async def _start_unless_stopped(server: BrokerServer, stop: asyncio.Event) -> None:
     """``server.start()``, abandoned when ``stop`` is set first (a signal, or a supervised task
     that failed for good while starting); raises BrokerFailed in the latter case."""
@@ -251,10 +255,6 @@ async def _start_unless_stopped(server: BrokerServer, stop: asyncio.Event) -> No
                 await starting
     if server.failure is not None:
         raise BrokerFailed(server.failure)
-
-
-#: How long a cancelled start may take to end before the broker stops without it.
-START_CANCEL_S = 5.0
 
 
 class BrokerFailed(Exception):

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from strom.testing.kube.fixture import REPO, KubeCluster
+from strom.testing.waits import wait_until
 
 CHART = REPO / "charts" / "strom"
 RELEASE, NAMESPACE = "strom", "strom-system"
@@ -47,20 +48,16 @@ def wait_webhook_reachable(kube: KubeCluster, timeout_s: float = 120.0) -> float
     took 2.4 s (the same release had just been uninstalled by the test before). Any other
     refusal fails at once with kubectl's message; a webhook unreachable for ``timeout_s``
     fails naming it."""
-    start = time.monotonic()
-    while True:
+    def passes() -> bool:
         done = kube.run("kubectl", "apply", "--dry-run=server", "-f", "-", stdin=_PROBE,
                         timeout=60)
-        if done.returncode == 0:
-            return time.monotonic() - start
-        if "failed calling webhook" not in done.stderr:
+        if done.returncode != 0 and "failed calling webhook" not in done.stderr:
             raise AssertionError(f"a server-side dry run of a StromCluster was refused: "
                                  f"{done.stderr.strip()}")
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"the API server did not reach the operator's admission "
-                                 f"webhook within {timeout_s:.0f} s of the install: "
-                                 f"{done.stderr.strip()}")
-        time.sleep(0.5)
+        return done.returncode == 0
+
+    return wait_until(passes, timeout_s, interval_s=0.5,
+                      what="the API server to reach the operator's admission webhook")
 
 
 @contextlib.contextmanager

@@ -152,8 +152,8 @@ def run_strom_partitions(params: dict[str, int | float], results: list[Result]) 
 def run_partition_scale(params: dict[str, Any], results: list[Result]) -> None:
     """Partition scale (issue 21, ``benchmarks/partition_scale.py``): per N on a fresh broker,
     topic creation (wall, broker CPU, in 100 requests), the cost of one more metadata change,
-    idle CPU, keyed produce, consume, the broker's open files, a clean restart and a kill -9
-    restart (ratios to the first N);
+    idle CPU, one Metadata request, keyed produce, consume, the broker's open files and RSS, a
+    clean restart and a kill -9 restart (ratios to the first N);
     a PNG beside the JSON when matplotlib happens to be installed."""
     from benchmarks import partition_scale as ps
 
@@ -180,6 +180,13 @@ def run_partition_scale(params: dict[str, Any], results: list[Result]) -> None:
                               "ms", higher_is_better=False, peers=peers))
         results.append(Result(name, "partition scale", "idle CPU", p.idle_cpu_pct, "%",
                               higher_is_better=False, peers=peers))
+        if p.metadata_ms is not None:
+            results.append(Result(name, "partition scale", "metadata request", p.metadata_ms,
+                                  "ms", higher_is_better=False, peers=peers))
+        if p.rss_mib_after is not None:
+            results.append(Result(name, "partition scale", "RSS after produce", p.rss_mib_after,
+                                  "MiB", higher_is_better=False, peers=peers,
+                                  extra={"rss_mib_idle": p.rss_mib_idle}))
         if p.create_100_s is not None:
             results.append(Result(name, "partition scale", "create in 100 requests",
                                   p.create_100_s, "s", higher_is_better=False))

@@ -42,6 +42,7 @@ from pathlib import Path
 from benchmarks import strom_workloads as sw
 from benchmarks.harness import machine_info
 from benchmarks.kafka_listener import produce_requests
+from benchmarks.peers._proc import rss_bytes
 from benchmarks.raw_compare import cpu_seconds
 from strom.client import Admin, Producer
 
@@ -71,6 +72,12 @@ class ScalePoint:
     """Open files after the kill -9 restart and one write."""
     load_avg: float | None = None
     """The machine's 1-minute load average when the point finished (shared machine)."""
+    metadata_ms: float | None = None
+    """Median wall ms of one Metadata request (every topic) with N hosted, Strom's client."""
+    rss_mib_idle: float | None = None
+    """The broker's resident memory with N partitions created, before any record."""
+    rss_mib_after: float | None = None
+    """The same after the keyed produce and the consume."""
 
 
 def open_fds(pid: int) -> int:
@@ -134,6 +141,26 @@ def change_cost_ms(bootstrap: str, runs: int = 5) -> float:
         return statistics.median(times)
     finally:
         admin.close()
+
+
+def metadata_ms(bootstrap: str, runs: int = 20) -> float:
+    """Median wall ms of one Metadata request for every topic (what a client's refresh asks;
+    the issue's "metadata p50")."""
+    admin = Admin(bootstrap, request_timeout_ms=120_000)
+    try:
+        admin.list_topics()  # the channel is open before the first timed request
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            admin.list_topics()
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times)
+    finally:
+        admin.close()
+
+
+def rss_mib(pid: int) -> float:
+    return rss_bytes(pid) / (1 << 20)
 
 
 def create_in_requests(bootstrap: str, partitions: int, requests: int = 100) -> float:
@@ -466,12 +493,15 @@ def measure(counts: list[int], records: int, progress: object = print,
             create_cpu = cpu_seconds(broker.pid) - cpu
             time.sleep(0.5)  # let every partition's log open
             change = change_cost_ms(bs)
+            metadata = metadata_ms(bs)
             idle_cpu = idle_cpu_pct(broker.pid, idle_seconds)
             idle = open_fds(broker.pid)
+            rss_idle = rss_mib(broker.pid)
             say(f"partition scale: keyed produce of {records:,} x 100 B over {n:,} partitions")
             p = produce_keyed(bs, "scale", records)
             after = open_fds(broker.pid)
             c = sw.consume_all(bs, "scale", n, records, 100)
+            rss_after = rss_mib(broker.pid)
             say(f"partition scale: clean restart with {n:,} partitions")
             started = time.perf_counter()
             broker.terminate(timeout=300)  # closing N logs flushes each one
@@ -488,7 +518,8 @@ def measure(counts: list[int], records: int, progress: object = print,
             point = ScalePoint(n, create_s, p.records_per_s, c.records_per_s, idle, after,
                                create_cpu, change, idle_cpu, restart_s=restart, stop_s=stop,
                                kill9_s=kill9, fds_restarted=open_fds(broker.pid),
-                               load_avg=os.getloadavg()[0])
+                               load_avg=os.getloadavg()[0], metadata_ms=metadata,
+                               rss_mib_idle=rss_idle, rss_mib_after=rss_after)
             keep_log(broker, f"broker-{n}.log")
         if n >= 1000 and create_100:
             with tempfile.TemporaryDirectory(prefix="strom-bench-scale-") as tmp, \
@@ -505,8 +536,9 @@ def format_points(points: list[ScalePoint]) -> str:
     lines = ["| partitions | create s (broker CPU s, ms CPU/partition) | in 100 requests s "
              "| one more change ms | idle CPU | keyed produce rec/s | x first | consume rec/s "
              "| x first | fds idle / after produce / after kill -9 restart | stop s "
-             "| clean restart -> write s | kill -9 -> write s | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| clean restart -> write s | kill -9 -> write s | metadata ms "
+             "| RSS MiB idle / after | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         batched = "-" if p.create_100_s is None else f"{p.create_100_s:.2f}"
         restart = "-" if p.restart_s is None else f"{p.restart_s:.1f}"
@@ -514,12 +546,16 @@ def format_points(points: list[ScalePoint]) -> str:
         stop = "-" if p.stop_s is None else f"{p.stop_s:.1f}"
         load = "-" if p.load_avg is None else f"{p.load_avg:.0f}"
         fds = "-" if p.fds_restarted is None else str(p.fds_restarted)
+        metadata = "-" if p.metadata_ms is None else f"{p.metadata_ms:.1f}"
+        rss = ("-" if p.rss_mib_idle is None or p.rss_mib_after is None
+               else f"{p.rss_mib_idle:.0f} / {p.rss_mib_after:.0f}")
         lines.append(f"| {p.partitions:,} | {p.create_s:.2f} ({p.create_cpu_s:.2f}, "
                      f"{p.create_cpu_s / p.partitions * 1000:.2f}) | {batched} | "
                      f"{p.change_ms:.0f} | {p.idle_cpu_pct:.1f}% | {p.produce_rps:,.0f} | "
                      f"{p.produce_rps / base.produce_rps:.2f} | {p.consume_rps:,.0f} | "
                      f"{p.consume_rps / base.consume_rps:.2f} | {p.fds_idle} / "
-                     f"{p.fds_after_produce} / {fds} | {stop} | {restart} | {kill9} | {load} |")
+                     f"{p.fds_after_produce} / {fds} | {stop} | {restart} | {kill9} | {metadata} "
+                     f"| {rss} | {load} |")
     return "\n".join(lines)
 
 

@@ -46,7 +46,7 @@ from typing import Any
 
 from benchmarks.failover import Writer, production_defaults
 from benchmarks.idle_cpu import wait_settled
-from benchmarks.partition_scale import cpu_seconds, open_fds
+from benchmarks.partition_scale import cpu_seconds, open_fds, rss_mib
 from strom.client import Admin, Producer, RecordMetadata
 from strom.testing import Cluster, running_cluster
 
@@ -92,14 +92,6 @@ class Rf3Point:
     """Brokers the controllers fenced before the kill (every broker was alive: all false)."""
     load_avg: float | None = None
     notes: list[str] = field(default_factory=list)
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def _fetch_sessions(metrics_url: str) -> int | None:

@@ -49,6 +49,11 @@ def test_smoke_benchmark_prints_a_table_and_writes_json(tmp_path: Path) -> None:
     for parts in ("1 partition", "100 partitions", "1000 partitions"):
         assert (f"strom ({parts})", "partitions", "produce") in rows
     assert ("strom (1000 partitions)", "partitions", "RSS per partition") in rows
+    for parts in (10, 100):  # partition scale, one broker (issue 21 item 8)
+        for metric in ("create", "keyed produce", "consume", "fds after produce", "idle CPU",
+                       "metadata request", "RSS after produce", "clean restart to first write",
+                       "kill -9 restart to first write"):
+            assert (f"strom ({parts} partitions)", "partition scale", metric) in rows, metric
     for metric in ("create -> all led, ISR full", "kill -9 -> all new leaders",
                    "kill -9 -> first write", "restart -> back in every ISR"):
         assert ("strom (3 brokers, 100 partitions RF 3)", "partition scale rf3", metric) in rows

@@ -36,6 +36,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -132,34 +133,29 @@ def idle_cpu_pct(pid: int, seconds: float = 5.0) -> float:
     return (cpu_seconds(pid) - before) / seconds * 100
 
 
+def median_wall_ms(call: Callable[[int], object], runs: int) -> float:
+    """Median wall ms of ``call(i)`` for i in 0..runs-1."""
+    times = []
+    for i in range(runs):
+        start = time.perf_counter()
+        call(i)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
 def change_cost_ms(bootstrap: str, runs: int = 5) -> float:
     """Median wall ms of creating a one-partition topic (one metadata change)."""
-    admin = Admin(bootstrap, request_timeout_ms=120_000)
-    try:
-        times = []
-        for i in range(runs):
-            start = time.perf_counter()
-            admin.create_topic(f"change-{i}", partitions=1, replication_factor=1)
-            times.append((time.perf_counter() - start) * 1000)
-        return statistics.median(times)
-    finally:
-        admin.close()
+    with Admin(bootstrap, request_timeout_ms=120_000) as admin:
+        return median_wall_ms(lambda i: admin.create_topic(
+            f"change-{i}", partitions=1, replication_factor=1), runs)
 
 
 def metadata_ms(bootstrap: str, runs: int = 20) -> float:
     """Median wall ms of one Metadata request for every topic (what a client's refresh asks;
     the issue's "metadata p50")."""
-    admin = Admin(bootstrap, request_timeout_ms=120_000)
-    try:
+    with Admin(bootstrap, request_timeout_ms=120_000) as admin:
         admin.list_topics()  # the channel is open before the first timed request
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            admin.list_topics()
-            times.append((time.perf_counter() - start) * 1000)
-        return statistics.median(times)
-    finally:
-        admin.close()
+        return median_wall_ms(lambda _: admin.list_topics(), runs)
 
 
 def rss_mib(pid: int) -> float:

@@ -1,0 +1,3 @@
+module strom.dev/producefloor
+
+go 1.26.0

@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import statistics
 import struct
@@ -53,11 +52,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from strom.broker.kafka import api_versions
 from strom.broker.kafka.apis import ADVERTISED as STROM_ADVERTISED
-from strom.broker.kafka.context import NO_THROTTLE, Context
+from strom.broker.kafka.context import NO_THROTTLE, Context, code
 from strom.broker.kafka.frames import (
     Request,
     ResponseTemplate,
@@ -68,6 +65,8 @@ from strom.broker.kafka.metadata import KEY as METADATA
 from strom.broker.kafka.metadata import VERSIONS as METADATA_VERSIONS
 from strom.broker.kafka.produce import KEY as PRODUCE
 from strom.broker.kafka.produce import VERSIONS as PRODUCE_VERSIONS
+from strom.testing.process import ManagedProcess
+from strom.testing.tools import find_go
 
 _SIZE = struct.Struct(">i")
 _KEY = struct.Struct(">h")
@@ -182,24 +181,20 @@ class Floor:
             for p in range(count):  # "created" when first named, as Strom's exist once created
                 if (name, p) not in self.files:
                     self._open((name, p))
-            parts = tuple(ctx.build("MetadataResponsePartition", error_code=_code(0),
+            parts = tuple(ctx.build("MetadataResponsePartition", error_code=code(0),
                                     partition_index=p, leader_id=0, leader_epoch=0,
                                     replica_nodes=(0,), isr_nodes=(0,), offline_replicas=())
                           for p in range(count))
             topics.append(ctx.build("MetadataResponseTopic",
-                                    error_code=_code(0 if count else 3), name=name,
+                                    error_code=code(0 if count else 3), name=name,
                                     topic_id=topic_id(name), is_internal=False,
                                     partitions=parts))
         port = int(self.advertise.read_text()) if self.advertise else self.port
         broker = ctx.build("MetadataResponseBroker", node_id=0, host=self.host, port=port,
                            rack=None)
         return ctx.build("MetadataResponse", throttle_time=NO_THROTTLE, brokers=(broker,),
-                         error_code=_code(0),
+                         error_code=code(0),
                          cluster_id="floor", controller_id=0, topics=tuple(topics))
-
-
-def _code(value: int) -> ErrorCode:
-    return ErrorCode(value)
 
 
 def _api_versions(ctx: Context) -> Any:
@@ -218,7 +213,7 @@ def _produce_template(request: Request, name: str, tid: uuid.UUID) -> ResponseTe
 
     def make(values: list[int]) -> Any:
         partition, base, _append_time, log_start = values
-        part = ctx.build("PartitionProduceResponse", index=partition, error_code=_code(0),
+        part = ctx.build("PartitionProduceResponse", index=partition, error_code=code(0),
                          base_offset=base, log_append_time=None, log_start_offset=log_start,
                          record_errors=(), error_message=None)
         topic = ctx.build("TopicProduceResponse", name=name, topic_id=tid,
@@ -287,57 +282,46 @@ async def serve(root: Path, port_file: Path, stop: asyncio.Event | None = None,
         floor.close()
 
 
-def _wait_port(proc: subprocess.Popen[bytes], port_file: Path, what: str,
-               timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    while not port_file.exists() or not port_file.read_text():
-        if proc.poll() is not None:
-            raise RuntimeError(f"the {what} exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the {what} did not start within {timeout_s}s")
-        time.sleep(0.05)
-    return int(port_file.read_text())
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @contextlib.contextmanager
 def running_floor(root: Path, go_binary: Path | None = None, timeout_s: float = 30.0
                   ) -> Iterator[tuple[str, list[int]]]:
     """(bootstrap, PIDs) of the floor: the Python responder, and with ``go_binary`` the Go one
-    in front of it (the bootstrap is then the Go floor's); stopped by their PIDs on exit."""
+    in front of it (the bootstrap is then the Go floor's); their output in ``root/logs``,
+    stopped by their PIDs on exit."""
     root.mkdir(parents=True, exist_ok=True)
-    go_port = root / "port-go"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    cmd = [sys.executable, "-m", "benchmarks.produce_floor", "serve", "--root", str(root),
-           "--port-file", str(root / "port")]
-    procs: list[subprocess.Popen[bytes]] = []
+    port_file, go_port = root / "port", root / "port-go"
+    argv = [sys.executable, "-m", "benchmarks.produce_floor", "serve", "--root", str(root),
+            "--port-file", str(port_file)]
+    if go_binary is not None:
+        argv += ["--advertise-port-file", str(go_port)]
+    procs = [ManagedProcess(argv, root / "logs" / "floor-python.log", name="Python floor",
+                            env={"PYTHONPATH": os.pathsep.join(sys.path)})]
     try:
+        procs[0].start().wait_ready(lambda: _port(port_file) > 0, timeout_s)
         if go_binary is not None:
-            cmd += ["--advertise-port-file", str(go_port)]
-        procs.append(subprocess.Popen(cmd, env=env))
-        port = _wait_port(procs[0], root / "port", "floor responder", timeout_s)
-        if go_binary is not None:
-            procs.append(subprocess.Popen([str(go_binary), "-root", str(root), "-port-file",
-                                           str(go_port), "-upstream", f"127.0.0.1:{port}"]))
-            port = _wait_port(procs[1], go_port, "Go floor responder", timeout_s)
-        yield f"127.0.0.1:{port}", [p.pid for p in procs]
+            procs.append(ManagedProcess(
+                [str(go_binary), "-root", str(root), "-port-file", str(go_port), "-upstream",
+                 f"127.0.0.1:{_port(port_file)}"], root / "logs" / "floor-go.log",
+                name="Go floor"))
+            procs[1].start().wait_ready(lambda: _port(go_port) > 0, timeout_s)
+        yield f"127.0.0.1:{_port(go_port if go_binary else port_file)}", [p.pid for p in procs]
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            proc.stop()
+
+
+def _port(port_file: Path) -> int:
+    """The port a floor wrote; 0 before it did."""
+    text = port_file.read_text() if port_file.exists() else ""
+    return int(text) if text else 0
 
 
 def build_go_floor(out_dir: Path) -> Path:
     """The Go floor (``benchmarks/produce_floor_go``, standard library only), built with the
     local Go toolchain into ``out_dir``."""
-    go = shutil.which("go") or "/usr/local/go/bin/go"
+    go = find_go()
+    if go is None:
+        raise RuntimeError("building the Go floor needs Go (1.24+ on PATH or /usr/local/go)")
     out = out_dir / "producefloor"
     env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
     built = subprocess.run([go, "build", "-o", str(out), "."], cwd=GO_SOURCE, env=env,
@@ -411,9 +395,9 @@ def measure(counts: list[int], records: int, repeats: int, say: Any = print,
                         _create_floor_topic(bootstrap, topic)
                     for pid in pids:
                         settle(pid)
-                    b0, c0 = sum(map(cpu_seconds, pids)), _own_cpu()
+                    b0, c0 = sum(map(cpu_seconds, pids)), time.process_time()
                     got = produce_keyed_kafka(bootstrap, topic, records)
-                    b1, c1 = sum(map(cpu_seconds, pids)), _own_cpu()
+                    b1, c1 = sum(map(cpu_seconds, pids)), time.process_time()
                     if peer == "strom":
                         req = produce_requests(broker.metrics_url) - before_req
                     else:
@@ -438,11 +422,6 @@ def _create_floor_topic(bootstrap: str, topic: str) -> None:
 
 def _count(path: Path) -> float:
     return float(path.read_text() or 0) if path.exists() else 0.0
-
-
-def _own_cpu() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 def format_rows(rows: list[Row]) -> str:

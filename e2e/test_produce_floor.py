@@ -8,7 +8,6 @@ import datetime
 import importlib
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -24,7 +23,7 @@ from kio.serial import entity_reader
 from benchmarks import produce_floor as pf
 from benchmarks import raw_records as rr
 from strom.testing import kafka_wire
-from strom.testing.tools import missing
+from strom.testing.tools import find_go, missing
 
 ROOT = Path(__file__).resolve().parents[1]
 _SIZE = struct.Struct(">i")
@@ -93,26 +92,20 @@ def _exchange(address: str, frames: list[bytes]) -> list[bytes]:
     """Each frame's answer, one at a time over one connection."""
     host, port = address.rsplit(":", 1)
     answers = []
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with socket.create_connection((host, int(port)), timeout=30) as sock, \
+            sock.makefile("rb") as stream:
         for frame in frames:
             sock.sendall(frame)
-            head = _recv(sock, 4)
-            answers.append(head + _recv(sock, _SIZE.unpack(head)[0]))
+            head = stream.read(4)
+            answer = head + stream.read(_SIZE.unpack(head)[0])
+            assert len(answer) == 4 + _SIZE.unpack(head)[0], "the floor closed the connection"
+            answers.append(answer)
     return answers
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the floor closed the connection"
-        data += chunk
-    return data
 
 
 @pytest.fixture(scope="module")
 def go_floor(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("go") is None and not Path("/usr/local/go/bin/go").is_file():
+    if find_go() is None:
         missing("Go is not installed (1.24+ on PATH, for the Go floor responder)")
     return pf.build_go_floor(tmp_path_factory.mktemp("floor-go"))
 

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ type floor struct {
 	upstream string
 	mu       sync.Mutex
 	files    map[string]*os.File
+	scanned  time.Time // the directory's modification time when openAll last read it
 	next     map[string]int64
 	requests atomic.Int64
 }
@@ -149,19 +151,29 @@ func relay(up net.Conn, request []byte) ([]byte, error) {
 	return answer, err
 }
 
-// openAll opens the partition files the Python floor created that are not open yet.
+// openAll opens the partition files the Python floor created that are not open yet. It reads
+// the directory only when its modification time moved (a file was created): librdkafka's own
+// Metadata request falls inside the timed produce, and the directory holds every earlier run's
+// files.
 func (f *floor) openAll() {
-	entries, err := os.ReadDir(f.root)
+	info, err := os.Stat(f.root)
 	if err != nil {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if info.ModTime().Equal(f.scanned) {
+		return
+	}
+	entries, err := os.ReadDir(f.root)
+	if err != nil {
+		return
+	}
+	f.scanned = info.ModTime()
 	for _, e := range entries {
 		name := e.Name()
-		if _, ok := f.files[name]; ok || name == "port" || name == "requests" ||
-			name == "requests-go" || name == "port-go" {
-			continue
+		if _, ok := f.files[name]; ok || !strings.HasPrefix(name, "floor-") {
+			continue // open already, or not a partition's file (counts, ports, logs)
 		}
 		file, err := os.OpenFile(filepath.Join(f.root, name), os.O_WRONLY|os.O_APPEND, 0)
 		if err == nil {

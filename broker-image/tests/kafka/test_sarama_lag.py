@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from strom.testing import BrokerProcess
-from strom.testing.tools import missing
+from strom.testing.tools import find_go, missing
 
 from .conftest import new_topic
 
@@ -28,8 +27,7 @@ PROBE = Path(__file__).parent / "sarama_probe"
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").is_file()
-                                else None)
+    go = find_go()
     if go is None:
         missing("Go is not installed (1.24+ on PATH, for the sarama test)")
     out = tmp_path_factory.mktemp("sarama") / "probe"

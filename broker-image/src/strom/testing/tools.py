@@ -12,7 +12,10 @@ import os
 import shutil
 from typing import NoReturn
 
-__all__ = ["in_ci", "missing", "require_tool"]
+__all__ = ["find_go", "in_ci", "missing", "require_tool"]
+
+#: Where the Go toolchain's tarball puts ``go`` when it is not on PATH.
+GO_TARBALL_BINARY = "/usr/local/go/bin/go"
 
 
 def in_ci() -> bool:
@@ -36,4 +39,13 @@ def require_tool(command: str, install: str) -> str:
     path = shutil.which(command)
     if path is None:
         missing(f"{command} is not installed ({install})")
+    return path
+
+
+def find_go() -> str | None:
+    """The ``go`` command: on PATH, else the Go tarball's ``/usr/local/go/bin/go``; None if
+    neither (the tests that build Go programs and the benchmarks' Go floor ask here)."""
+    path = shutil.which("go")
+    if path is None and os.path.isfile(GO_TARBALL_BINARY):
+        path = GO_TARBALL_BINARY
     return path
